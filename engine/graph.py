@@ -1,0 +1,59 @@
+"""A pipeline as a validated networkx DAG, checked before anything runs.
+
+Checks: every ``after:`` reference resolves, node ids are unique, the graph is acyclic, every
+``kind`` is a registered node kind, each node's ``requires`` kinds are upstream of it, and each
+node's own ``validate`` (experts and pipelines it names exist).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .errors import GraphError
+from .nodes import NODE_KINDS, Node
+from .spec import ConfigSet, PipelineSpec
+
+
+@dataclass(frozen=True)
+class PipelineGraph:
+    spec: PipelineSpec
+    graph: nx.DiGraph
+    nodes: dict[str, Node]
+
+    def order(self) -> list[str]:
+        """A deterministic topological order (ties by node id)."""
+        return list(nx.lexicographical_topological_sort(self.graph))
+
+
+def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
+    name = spec.file.name
+    g = nx.DiGraph()
+    nodes: dict[str, Node] = {}
+    for n in spec.nodes:
+        if n.id in nodes:
+            raise GraphError(f"duplicate node id {n.id!r}", pipeline=name, node_id=n.id)
+        cls = NODE_KINDS.get(n.kind)
+        if cls is None:
+            raise GraphError(f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}",
+                             pipeline=name, node_id=n.id)
+        nodes[n.id] = cls(n)
+        g.add_node(n.id)
+    for n in spec.nodes:
+        for dep in n.after:
+            if dep not in nodes:
+                raise GraphError(f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}",
+                                 pipeline=name, node_id=n.id)
+            g.add_edge(dep, n.id)
+    if not nx.is_directed_acyclic_graph(g):
+        cycle = nx.find_cycle(g)
+        raise GraphError(f"pipeline has a cycle: {' → '.join(a for a, _ in cycle)} → {cycle[0][0]}", pipeline=name)
+    for node_id, node in nodes.items():
+        upstream_kinds = {nodes[a].kind for a in nx.ancestors(g, node_id)}
+        missing = [k for k in node.requires if k not in upstream_kinds]
+        if missing and not (node.kind == "classify"):
+            raise GraphError(f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream",
+                             pipeline=name, node_id=node_id)
+        node.validate(config, spec)
+    return PipelineGraph(spec, g, nodes)

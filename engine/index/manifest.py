@@ -1,0 +1,55 @@
+"""Per-index manifests: what each index holds (file key → content hash) and at which HEAD.
+
+Each index keeps its own manifest so one can lag behind another (the semantic index is the
+slow one) and the receipt can say so. Written atomically (temp file + ``os.replace``) after
+every committed batch, which is what makes ``engine index`` safe to interrupt and resume.
+Reads are cached per process by file mtime, so the hot path parses it once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_CACHE: dict[Path, tuple[int, "Manifest"]] = {}
+
+
+@dataclass
+class Manifest:
+    path: Path
+    indexer_id: str = ""
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # key → {sha256, size, mtime_ns}
+    heads: dict[str, str | None] = field(default_factory=dict)  # project → HEAD at index time
+    pending: int = 0  # files seen by the last run but not yet in this index
+    updated_at: str = ""
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return cls(path)
+        cached = _CACHE.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        try:
+            raw = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return cls(path)  # unreadable: treated as empty, the next index run rebuilds it
+        m = cls(path, raw.get("indexer_id", ""), raw.get("files", {}), raw.get("heads", {}),
+                raw.get("pending", 0), raw.get("updated_at", ""))
+        _CACHE[path] = (mtime, m)
+        return m
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"indexer_id": self.indexer_id, "files": self.files, "heads": self.heads, "pending": self.pending,
+                "updated_at": self.updated_at}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, separators=(",", ":"))
+        os.replace(tmp, self.path)

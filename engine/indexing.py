@@ -1,0 +1,64 @@
+"""``engine index``: one workspace scan, then every enabled index-backed expert updated in turn.
+
+Progress goes to stderr (files done / total, throughput, ETA). Each index is independent: a
+slow one (semantic) never holds back the others, and the query path reads whatever each index
+has committed so far (its receipt freshness says ``partial`` until it catches up).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterable
+
+from .experts import ExpertEnv, adapter_class
+from .index.build import IndexReport, index_lock, scan_workspace, update_index
+from .spec import ConfigSet
+from .workspace import Workspace
+
+
+class _Bar:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+
+    def __call__(self, name: str, done: int, total: int, units: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.2 and done < total:
+            return
+        self.last = now
+        rate = done / max(now - self.t0, 1e-6)
+        eta = (total - done) / rate if rate else 0
+        width = 30
+        fill = int(width * done / total) if total else width
+        sys.stderr.write(f"\r{name:<10} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} files "
+                         f"{rate:,.0f} files/s {units} chunks ETA {eta:,.0f}s ")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    def reset(self) -> None:
+        self.t0 = time.perf_counter()
+
+
+def index_workspace(ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None,
+                    progress: bool = True) -> list[IndexReport]:
+    env = ExpertEnv(ws)
+    wanted = set(only or ())
+    reports: list[IndexReport] = []
+    with index_lock(ws.data_dir):
+        current = scan_workspace(ws)
+        for name, spec in sorted(cfg.experts.items()):
+            if not spec.enabled or (wanted and name not in wanted):
+                continue
+            expert = adapter_class(spec.adapter)(spec, env)
+            make = getattr(expert, "indexer", None)
+            if make is None:
+                continue
+            bar = _Bar(progress)
+            accept = getattr(expert, "accepts", None)
+            reports.append(update_index(name, make(), ws, current, progress=bar, accept=accept))
+    return reports

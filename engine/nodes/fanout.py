@@ -1,0 +1,76 @@
+"""fanout: run the selected experts concurrently, each under its own deadline (DESIGN §6.3).
+
+Each expert gets ``min(timeout_ms, time left in budget.latency_ms)``; a slow expert never
+blocks a fast one, and every failure becomes a classified :class:`~engine.types.ExpertOutcome`
+(timeout · unavailable · internal · malformed · unconfigured) with zero items. No silent retry.
+
+``settings.experts`` limits a fan-out node to some experts, so a pipeline can run two fan-outs
+side by side (their outcomes merge; each expert runs in exactly one of them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
+from ..experts.base import expert_errors
+from ..spec import ConfigSet, PipelineSpec
+from ..types import ExpertOutcome, Query
+from .base import Node, RunState, node_kind
+
+
+def build_query(state: RunState) -> Query:
+    c = state.classification
+    assert c is not None
+    projects = state.workspace.scoped_projects(state.request.scope, dict(state.config.priors.groups))
+    fusion = state.config.priors.fusion
+    return Query(question=state.request.question, klass=c.klass, features=c.features, scope=state.request.scope,
+                 projects=projects, limit=max(fusion.overfetch, state.request.limit))
+
+
+@node_kind
+class FanoutNode(Node):
+    kind = "fanout"
+    requires = ("gate",)
+
+    def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
+        self._check_experts(self.settings.get("experts"), config, pipeline, "experts")
+
+    async def run(self, state: RunState) -> None:
+        assert state.selection is not None
+        only = self.settings.get("experts")
+        names = [n for n in state.selection.experts if (not only or n in only) and n not in state.outcomes]
+        query = build_query(state)
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(self._one, state, name, query)
+
+    async def _one(self, state: RunState, name: str, query: Query) -> None:
+        spec = state.config.experts[name]
+        outcome = ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={})
+        state.outcomes[name] = outcome  # registered first, so even a crash leaves a row in the receipt
+        started = time.perf_counter()
+        try:
+            expert = state.services.pool.get(name)
+            with expert_errors(name):
+                outcome.sub_query = expert.plan(query)
+            left = state.deadline_ms()
+            timeout_ms = spec.timeout_ms if left is None else max(1.0, min(spec.timeout_ms, left))
+            try:
+                with anyio.fail_after(timeout_ms / 1000):
+                    with expert_errors(name):
+                        items = await expert.search(query, outcome.sub_query)
+            except TimeoutError:
+                raise ExpertTimeout(f"no answer within {timeout_ms:.0f} ms", expert=name) from None
+            with expert_errors(name):
+                outcome.freshness = expert.freshness(query)
+            outcome.items = list(items)[: query.limit]
+        except ExpertUnconfigured as exc:
+            outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message
+        except ExpertError as exc:
+            outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message
+            outcome.items = []
+        finally:
+            outcome.latency_ms = (time.perf_counter() - started) * 1000

@@ -1,0 +1,77 @@
+"""receipt: sign, store, build the response (DESIGN §5). A finalizer: it runs even after a failure.
+
+The receipt is Ed25519-signed and durably stored before the response exists; when that
+fails the request fails with ``receipt_error`` (there is no unlogged path). Idempotent per
+run: a class pipeline dispatched by the router writes it, the router's own receipt node then
+has nothing left to do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import __version__
+from ..errors import EngineError, ReceiptError
+from ..receipts import sign
+from .base import Node, RunState, node_kind
+
+
+def build_receipt(state: RunState) -> dict[str, Any]:
+    req, sel, c = state.request, state.selection, state.classification
+    status = "ok" if state.error is None else state.error.code
+    receipt: dict[str, Any] = {
+        "receipt_id": uuid.uuid4().hex,
+        "created_at": state.created_at or datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "engine_version": __version__,
+        "request_hash": req.hash(),
+        "request": req.to_dict(),
+        "config_version": state.config_version,
+        "pipeline": " → ".join(state.pipelines_run) or state.pipeline.name,
+        "classifier": c.to_dict() if c else {"class": None, "confidence": 0.0, "rule": "not-run", "abstained": False},
+        "experts_selected": {"selected": list(sel.experts) if sel else [],
+                             "single_expert": bool(sel and sel.single_expert),
+                             "why": dict(sorted(sel.reasons.items())) if sel else {}},
+        "sub_queries": {n: o.sub_query for n, o in sorted(state.outcomes.items())},
+        "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
+        "budget": {"asked": req.budget.to_dict(),
+                   "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)}},
+        "fusion": state.fusion_info or {"method": "none"},
+        "cache": state.cache,
+        "result_count": len(state.fused) if state.request.mode == "fused" else
+        sum(len(o.items) for o in state.outcomes.values()),
+        "status": status,
+    }
+    if state.confidence:
+        receipt["confidence"] = state.confidence
+    if state.error is not None:
+        receipt["error"] = state.error.to_dict()
+    return receipt
+
+
+def write_receipt(state: RunState) -> None:
+    """Sign and durably store the run's receipt (once per run)."""
+    if state.receipt is not None:
+        return
+    try:
+        receipt = sign(build_receipt(state), state.services.signing_key())
+        state.services.store.append("receipts", {
+            "receipt_id": receipt["receipt_id"], "created_at": receipt["created_at"],
+            "pipeline": receipt["pipeline"], "config_version": receipt["config_version"],
+            "request_hash": receipt["request_hash"], "class": receipt["classifier"]["class"],
+            "result_count": receipt["result_count"], "status": receipt["status"], "body": receipt})
+    except EngineError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request
+        raise ReceiptError(f"receipt could not be signed and stored: {type(exc).__name__}: {exc}") from exc
+    state.receipt = receipt
+
+
+@node_kind
+class ReceiptNode(Node):
+    kind = "receipt"
+    finalizer = True
+
+    async def run(self, state: RunState) -> None:
+        write_receipt(state)

@@ -1,0 +1,83 @@
+"""Presentation of a response: ``json`` (the full contract), ``markdown`` (people), ``toon`` (agents).
+
+``toon`` is one legend line, then one packed row per item (fields separated by ``|``, newlines
+in content escaped as ``\\n``), then one receipt line. Fields are never dropped, only packed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+TOON_FIELDS = ("rank", "tier", "project", "path", "lines", "kind", "symbol", "sources", "score", "id", "nuance",
+               "content")
+
+
+def _lines(it: dict[str, Any]) -> str:
+    r = it["range"]
+    return f"{r['start_line']}-{r['end_line']}"
+
+
+def _sources(it: dict[str, Any]) -> str:
+    return ",".join(f"{s['expert']}#{s['rank']}" for s in it.get("sources", []))
+
+
+def _esc(value: Any) -> str:
+    return str(value if value is not None else "").replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n")
+
+
+def receipt_line(receipt: dict[str, Any]) -> str:
+    experts = " ".join(f"{n}:{e['status']}({e['latency_ms']:.0f}ms,{e['result_count']})"
+                       for n, e in receipt.get("per_expert", {}).items())
+    c = receipt.get("classifier", {})
+    return (f"receipt {receipt['receipt_id']} status={receipt['status']} class={c.get('class')}"
+            f"{'(abstained)' if c.get('abstained') else ''} config={receipt['config_version'][:12]} "
+            f"cache={'hit' if receipt.get('cache', {}).get('hit') else 'miss'} "
+            f"spent={receipt['budget']['spent']['latency_ms']:.0f}ms experts: {experts or '-'}")
+
+
+def to_toon(response: dict[str, Any]) -> str:
+    items = response.get("items", [])
+    out = [f"#toon items[{len(items)}]{{{','.join(TOON_FIELDS)}}}"]
+    for it in items:
+        row = {**it, "lines": _lines(it), "sources": _sources(it)}
+        out.append("|".join(_esc(row.get(f)) for f in TOON_FIELDS))
+    for name, sep in response.get("separate", {}).items():
+        out.append(f"#separate {name} status={sep['status']} items[{len(sep['items'])}]")
+        for it in sep["items"]:
+            row = {"tier": "", "nuance": "", **it, "lines": _lines(it), "sources": name}
+            out.append("|".join(_esc(row.get(f)) for f in TOON_FIELDS))
+    if "error" in response:
+        out.append(f"#error {response['error']['error']}: {_esc(response['error']['message'])}")
+    out.append("#" + receipt_line(response["receipt"]))
+    return "\n".join(out)
+
+
+def to_markdown(response: dict[str, Any]) -> str:
+    out: list[str] = []
+    if "error" in response:
+        out.append(f"**Error `{response['error']['error']}`**: {response['error']['message']}\n")
+    items = response.get("items", [])
+    if not items and "separate" not in response and "error" not in response:
+        out.append("_No evidence found._\n")
+    for it in items:
+        sym = f" `{it['symbol']}`" if it.get("symbol") else ""
+        out.append(f"### {it['rank']}. {it['project']}/{it['path']}:{_lines(it)}{sym}")
+        out.append(f"*{it['tier']}* — {it['nuance']} (score {it['score']}, sources: {_sources(it)})\n")
+        out.append("```\n" + it.get("content", "").replace("```", "``\u200b`") + "\n```\n")
+    for name, sep in response.get("separate", {}).items():
+        out.append(f"## {name} ({sep['status']}, {len(sep['items'])} items)")
+        for it in sep["items"]:
+            out.append(f"- {it['rank']}. {it['project']}/{it['path']}:{_lines(it)} (score {it['score']})")
+        out.append("")
+    r = response["receipt"]
+    out.append("---\n" + receipt_line(r))
+    return "\n".join(out)
+
+
+def render(response: dict[str, Any], fmt: str) -> str:
+    if fmt == "markdown":
+        return to_markdown(response)
+    if fmt == "toon":
+        return to_toon(response)
+    return json.dumps(response, ensure_ascii=False, indent=2)

@@ -1,0 +1,285 @@
+"""Config as data: load, validate and hash experts.yaml, priors.yaml and pipelines/*.yaml.
+
+Two phases, like haystack's loader: ``yaml.safe_load`` + JSON Schema (shipped in
+``engine/schemas``) → typed, frozen spec objects. A bad file fails with file, line, path and
+reason (:class:`~engine.errors.SchemaError`). Graph checks (cycles, node kinds, expert names)
+live in :mod:`engine.graph`. This module imports no runtime code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from .errors import InvalidRequest, SchemaError, SpecError
+from .types import Budget, Request, Scope, canonical_json, sha256_hex
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """One of the JSON Schemas shipped in the package: request, response, receipt, experts, priors, pipeline."""
+    text = resources.files("engine.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@cache
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema(name))
+
+
+def _line_of(node: yaml.Node | None, path: list[Any]) -> int | None:
+    """Walk a composed YAML node along a JSON path to report the line of the offending value."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if k.value == str(key)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            nxt = node.value[key]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node, line = nxt, nxt.start_mark.line + 1
+    return line
+
+
+def _json_path(path: Any) -> str:
+    return "/".join(str(p) for p in path) or "(top level)"
+
+
+def load_yaml(file: Path, schema: str) -> dict[str, Any]:
+    """Read one config file and validate it against its schema, or raise SchemaError."""
+    try:
+        text = file.read_text("utf-8")
+    except FileNotFoundError:
+        raise SchemaError("file not found", file=str(file)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"cannot read: {exc}", file=str(file)) from None
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise SchemaError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(file),
+                          line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise SchemaError("expected a mapping at the top level", file=str(file), line=1)
+    errors = sorted(_validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        path = list(err.absolute_path)
+        raise SchemaError(err.message, file=str(file), path=_json_path(path), line=_line_of(root, path))
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# typed specs
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertSpec:
+    name: str
+    adapter: str
+    precision_class: str
+    timeout_ms: int
+    enabled: bool = True
+    freshness: str = "live"
+    languages: tuple[str, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FusionSpec:
+    k: int = 60
+    overfetch: int = 30
+    per_file_cap: int = 3
+    doc_file_prior: float = 1.0
+    test_file_prior: float = 1.0
+    low_confidence_below: float = 0.35
+    snippet_chars: int = 800
+    method: str = "weighted_rrf"
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    min_prior: float = 0.1
+    single_expert_at: float = 1.0
+    single_expert_others_below: float = 0.0
+    max_experts: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Priors:
+    classes: Mapping[str, Mapping[str, float]]
+    default_experts: tuple[str, ...]
+    default_weights: Mapping[str, float]
+    abstain_below: float
+    gate: GateSpec
+    fusion: FusionSpec
+    groups: Mapping[str, tuple[str, ...]]
+
+    def weights_for(self, klass: str | None) -> Mapping[str, float]:
+        if klass is None:
+            return {e: self.default_weights.get(e, 1.0) for e in self.default_experts}
+        return self.classes.get(klass, {})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    id: str
+    kind: str
+    after: tuple[str, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    name: str
+    version: int
+    description: str
+    klass: str | None
+    nodes: tuple[NodeSpec, ...]
+    file: Path
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSet:
+    """Everything that can change an answer, loaded from one config folder."""
+
+    root: Path
+    experts: Mapping[str, ExpertSpec]
+    priors: Priors
+    pipelines: Mapping[str, PipelineSpec]  # by pipeline name
+    raw_experts: Mapping[str, Any]
+    raw_priors: Mapping[str, Any]
+
+    def pipeline_by_file(self, file: Path) -> PipelineSpec:
+        file = file.resolve()
+        for spec in self.pipelines.values():
+            if spec.file.resolve() == file:
+                return spec
+        raise SpecError(f"{file} is not a pipeline of the config folder {self.root}", file=str(file))
+
+    def config_version(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> str:
+        """sha256 of the canonical JSON of everything that can change this pipeline's answers."""
+        involved = {pipeline.name: pipeline.raw}
+        for node in pipeline.nodes:
+            for target in node.settings.get("routes", {}).values():
+                if target in self.pipelines:
+                    involved[target] = self.pipelines[target].raw
+        return sha256_hex(canonical_json({
+            "pipelines": involved, "experts": self.raw_experts, "priors": self.raw_priors,
+            "classifier": classifier_rules,
+        }))
+
+
+def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
+    return {
+        name: ExpertSpec(
+            name=name, adapter=e["adapter"], precision_class=e["precision_class"], timeout_ms=e["timeout_ms"],
+            enabled=e.get("enabled", True), freshness=e.get("freshness", "live"),
+            languages=tuple(e.get("languages", ())), settings=dict(e.get("settings", {})),
+            description=e.get("description", ""),
+        )
+        for name, e in raw["experts"].items()
+    }
+
+
+def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec]) -> Priors:
+    named = [("default_experts", e) for e in raw["default_experts"]]
+    named += [(f"classes/{c}/{e}", e) for c, ws in raw["classes"].items() for e in ws]
+    named += [(f"default_weights/{e}", e) for e in raw.get("default_weights", {})]
+    for path, expert in named:
+        if expert not in experts:
+            raise SchemaError(f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}",
+                              file=str(file), path=path)
+    return Priors(
+        classes={c: dict(ws) for c, ws in raw["classes"].items()},
+        default_experts=tuple(raw["default_experts"]),
+        default_weights=dict(raw.get("default_weights", {})),
+        abstain_below=raw["classifier"].get("abstain_below", 0.5),
+        gate=GateSpec(**raw["gate"]),
+        fusion=FusionSpec(**raw["fusion"]),
+        groups={g: tuple(ps) for g, ps in raw.get("groups", {}).items()},
+    )
+
+
+def _pipeline(raw: Mapping[str, Any], file: Path) -> PipelineSpec:
+    nodes = tuple(NodeSpec(id=n["id"], kind=n["kind"], after=tuple(n.get("after", ())),
+                           settings=dict(n.get("settings", {}))) for n in raw["nodes"])
+    return PipelineSpec(name=raw["name"], version=raw["version"], description=raw["description"],
+                        klass=raw.get("class"), nodes=nodes, file=file, raw=raw)
+
+
+def load_config(root: Path) -> ConfigSet:
+    """Load experts.yaml, priors.yaml and every pipelines/*.yaml under ``root``."""
+    root = root.resolve()
+    raw_experts = load_yaml(root / "experts.yaml", "experts")
+    experts = _expert_specs(raw_experts)
+    raw_priors = load_yaml(root / "priors.yaml", "priors")
+    priors = _priors(raw_priors, root / "priors.yaml", experts)
+    pipelines: dict[str, PipelineSpec] = {}
+    for file in sorted((root / "pipelines").glob("*.yaml")):
+        spec = _pipeline(load_yaml(file, "pipeline"), file)
+        if spec.name in pipelines:
+            raise SchemaError(f"pipeline name {spec.name!r} also used by {pipelines[spec.name].file.name}",
+                              file=str(file), path="name")
+        pipelines[spec.name] = spec
+    if not pipelines:
+        raise SpecError(f"no pipelines found in {root / 'pipelines'}")
+    return ConfigSet(root=root, experts=experts, priors=priors, pipelines=pipelines,
+                     raw_experts=raw_experts, raw_priors=raw_priors)
+
+
+def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:
+    """experts.yaml and priors.yaml sit beside the pipelines/ folder of the pipeline file."""
+    if override is not None:
+        return override
+    return pipeline_file.resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# requests
+
+
+def parse_request(data: Any) -> Request:
+    """Validate a request dict against the request schema and build a Request, or raise InvalidRequest."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request must be a JSON object", field="(request)")
+    errors = sorted(_validator("request").iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        path = list(err.absolute_path)
+        if err.validator == "required":
+            missing = err.message.split("'")[1] if "'" in err.message else "question"
+            path = [missing]
+        fld = ".".join(str(p) for p in path) or "(request)"
+        msg = err.message
+        if fld == "question" and err.validator in ("minLength", "pattern"):
+            msg = "question is empty or whitespace only"
+        if len(msg) > 300:
+            msg = msg[:300] + "…"
+        raise InvalidRequest(f"{fld}: {msg}", field=fld)
+    scope, budget = data.get("scope", {}), data.get("budget", {})
+    intent = data.get("intent")
+    return Request(
+        question=data["question"],
+        intent=None if intent in (None, "unknown") else intent,
+        scope=Scope(**scope),
+        budget=Budget(**budget),
+        expected_shape=data.get("expected_shape", "ranked-evidence"),
+        mode=data.get("mode", "fused"),
+        limit=data.get("limit", 10),
+        format=data.get("format", "json"),
+        session_id=data.get("session_id"),
+        no_cache=data.get("no_cache", False),
+    )

@@ -1,0 +1,196 @@
+"""Typed, frozen, JSON-safe values passed between nodes and experts.
+
+Every value here has ``to_dict()`` returning only basic types, so receipts, cache rows and
+benchmark events serialise the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+INTENTS = ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history", "unknown")
+CLASSES = INTENTS[:-1]  # "unknown" is an intent a caller may give, never a class we route to
+PRECISION_CLASSES = ("typed", "structural", "hybrid", "semantic", "lexical", "docs", "history")
+ITEM_KINDS = ("file", "chunk", "symbol", "commit", "doc")
+TIERS = (
+    "typed-graph-confirmed",
+    "hybrid-confirmed",
+    "lexical-exact",
+    "single-source",
+    "semantic-only",
+    "docs",
+    "history",
+    "stale-index",
+)
+
+
+def canonical_json(value: Any) -> str:
+    """The one canonical form used for hashes and signatures (DESIGN §5)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str | bytes) -> str:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    project: str | None = None
+    group: str | None = None
+    path: str | None = None
+    language: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    latency_ms: int | None = None
+    max_experts: int | None = None
+    min_precision_class: str | None = None
+    allow_llm: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    question: str
+    intent: str | None = None
+    scope: Scope = field(default_factory=Scope)
+    budget: Budget = field(default_factory=Budget)
+    expected_shape: str = "ranked-evidence"
+    mode: str = "fused"
+    limit: int = 10
+    format: str = "json"
+    session_id: str | None = None
+    no_cache: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "question": self.question,
+            "expected_shape": self.expected_shape,
+            "mode": self.mode,
+            "limit": self.limit,
+            "format": self.format,
+        }
+        if self.intent:
+            out["intent"] = self.intent
+        if self.scope.to_dict():
+            out["scope"] = self.scope.to_dict()
+        if self.budget.to_dict():
+            out["budget"] = self.budget.to_dict()
+        if self.session_id:
+            out["session_id"] = self.session_id
+        return out
+
+    def hash(self) -> str:
+        """What the answer depends on (format and session are presentation / bookkeeping only)."""
+        d = self.to_dict()
+        for key in ("format", "session_id", "expected_shape"):
+            d.pop(key, None)
+        return sha256_hex(canonical_json(d))
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    name: str
+    root: Path
+    is_git: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """What the classifier read out of the question; experts build their sub-queries from it."""
+
+    literals: tuple[str, ...] = ()  # quoted strings, verbatim
+    regex: str | None = None  # /.../ in the question
+    identifiers: tuple[str, ...] = ()  # camelCase, snake_case, dotted, CONSTANT tokens
+    keywords: tuple[str, ...] = ()  # content words, stop words removed, order kept
+    paths: tuple[str, ...] = ()  # path-like tokens (a/b.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v}
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    klass: str
+    confidence: float
+    rule: str
+    abstained: bool
+    features: Features
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"class": self.klass, "confidence": round(self.confidence, 3), "rule": self.rule,
+                "abstained": self.abstained}
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What every expert is given. ``limit`` is already the per-expert over-fetch."""
+
+    question: str
+    klass: str
+    features: Features
+    scope: Scope
+    projects: tuple[Project, ...]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One item as an expert returned it. Content is only what the expert itself produced."""
+
+    project: str
+    path: str  # posix, relative to the project root ("" for a commit)
+    kind: str  # file | chunk | symbol | commit | doc
+    start_line: int = 1
+    end_line: int = 1
+    content: str = ""
+    score: float = 0.0  # the expert's native score (higher is better)
+    symbol: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+
+    def identity(self) -> str:
+        """Canonical identity for dedup: commits by sha, everything else by place."""
+        if self.kind == "commit":
+            return f"commit:{self.meta.get('sha', self.content)}"
+        return f"{self.project}:{self.path}:{self.start_line}-{self.end_line}:{self.symbol or ''}"
+
+
+@dataclass(slots=True)
+class ExpertOutcome:
+    """One expert's part in a run: always present in the receipt, whatever happened."""
+
+    expert: str
+    precision_class: str
+    status: str
+    sub_query: dict[str, Any]
+    latency_ms: float = 0.0
+    items: list[Evidence] = field(default_factory=list)
+    error_class: str | None = None
+    error: str | None = None
+    freshness: dict[str, Any] | None = None
+
+    def to_receipt(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "status": self.status,
+            "latency_ms": round(self.latency_ms, 2),
+            "result_count": len(self.items),
+            "precision_class": self.precision_class,
+        }
+        if self.error_class:
+            out["error_class"] = self.error_class
+            out["error"] = (self.error or "")[:500]
+        if self.freshness is not None:
+            out["freshness"] = self.freshness
+        return out

