@@ -283,3 +283,12 @@ def parse_request(data: Any) -> Request:
         session_id=data.get("session_id"),
         no_cache=data.get("no_cache", False),
     )
+
+
+@cache
+def response_validator() -> jsonschema.Draft202012Validator:
+    """Validator for full responses (the response schema references the receipt schema by $id)."""
+    from referencing import Registry, Resource
+
+    registry = Registry().with_resource(load_schema("receipt")["$id"], Resource.from_contents(load_schema("receipt")))
+    return jsonschema.Draft202012Validator(load_schema("response"), registry=registry)
