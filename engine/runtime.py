@@ -62,6 +62,11 @@ class ExpertPool:
             self._experts[name] = (spec, adapter_class(spec.adapter)(spec, self.env))
         return self._experts[name][1]
 
+    def inject(self, name: str, expert: Expert) -> None:
+        """Use a ready-made instance for ``name`` (scheduler tests inject FakeExpert handlers)."""
+        assert self.config is not None
+        self._experts[name] = (self.config.experts[name], expert)
+
     def all(self, config: ConfigSet) -> list[Expert]:
         self.sync(config)
         return [self.get(n) for n in sorted(config.experts)]

@@ -49,7 +49,7 @@ class GitExpert(Expert):
         weight = {"pickaxe": 2.0, "diff-regex": 1.5, "message": 1.0, "file-history": 1.0}
 
         async def one(project: Project, search: dict[str, str]) -> None:
-            argv = ["git", "--no-pager", "-c", "core.quotepath=off", "log", "--no-color", "--name-only", _FMT,
+            argv = [self.settings.get("binary", "git"), "--no-pager", "-c", "core.quotepath=off", "log", "--no-color", "--name-only", _FMT,
                     f"--max-count={plan['max_commits']}"]
             if search["kind"] == "message":
                 argv.append("--regexp-ignore-case")

@@ -66,7 +66,7 @@ class RipgrepExpert(Expert):
                 "language": query.scope.language, "projects": [p.name for p in query.projects]}
 
     def _argv(self, plan: dict[str, Any]) -> list[str]:
-        argv = [rg_binary(), "--json", "--no-config", "--max-filesize", "2M",
+        argv = [self.settings.get("binary") or rg_binary(), "--json", "--no-config", "--max-filesize", "2M",
                 "--max-count", str(int(self.settings.get("max_count_per_file", 50))),
                 "--max-columns", "400", "--max-columns-preview"]
         if plan["mode"] != "regex":

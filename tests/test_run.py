@@ -1,0 +1,172 @@
+"""End-to-end runs on real git repos with the real rg, tantivy and a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.spec import response_validator
+
+from .helpers import ask, paths, plain_pynacl_verify
+
+ENGINE = [sys.executable, "-m", "engine.cli"]
+
+
+def test_identifier_question_ranks_the_file_that_contains_it_first(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, 'where does "retry budget exhausted for request" come from')
+    assert r.error is None
+    assert paths(r)[0] == "alpha/alpha/retry.py"
+    top = r.response["items"][0]
+    assert {s["expert"] for s in top["sources"]} >= {"ripgrep"}
+    assert r.response["receipt"]["classifier"]["class"] == "identifier"
+    assert response_validator().is_valid(r.response)
+
+
+def test_config_key_question(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, "which file sets the config key 'upload.max_size_mb'")
+    assert paths(r)[0] == "alpha/alpha/config.py"
+
+
+def test_where_is_class_defined_finds_both_projects(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, "where is FileSystemStorage defined")
+    assert r.response["receipt"]["classifier"]["class"] == "typed-symbol"
+    top3 = paths(r)[:3]
+    assert "alpha/alpha/storage.py" in top3 and "beta/beta/storage.py" in top3
+
+
+def test_response_validates_and_receipt_verifies_with_plain_pynacl(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, "how is the retry backoff decided", limit=5)
+    errors = list(response_validator().iter_errors(r.response))
+    assert errors == []
+    assert plain_pynacl_verify(r.response["receipt"])
+    tampered = dict(r.response["receipt"], result_count=999)
+    assert not plain_pynacl_verify(tampered)
+
+
+def test_never_returns_secrets_ignored_or_key_files(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, '"FileSystemStorage"', limit=50)
+    got = set(paths(r))
+    assert "alpha/alpha/storage.py" in got
+    for banned in (".env", "deploy/id_rsa", "build/generated.py", "debug.log", "notes/leak.txt"):
+        assert f"alpha/{banned}" not in got
+
+
+def test_scope_prunes_projects_paths_and_languages(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, '"RetryPolicy"', scope={"project": "beta"})
+    assert paths(r) and all(p.startswith("beta/") for p in paths(r))
+    r = ask(config_dir, indexed, '"RetryPolicy"', scope={"language": "python"})
+    assert paths(r) and all(p.endswith(".py") for p in paths(r))
+    r = ask(config_dir, indexed, '"RetryPolicy"', scope={"path": "../../etc"})
+    assert r.error is not None and r.error.code == "invalid_request" and r.error.field == "scope.path"
+    assert plain_pynacl_verify(r.response["receipt"])
+
+
+def test_history_question_returns_commits(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, "when was jitter added to the retry backoff")
+    assert r.response["receipt"]["classifier"]["class"] == "history"
+    commits = [it for it in r.response["items"] if it["kind"] == "commit"]
+    assert commits and "jitter" in commits[0]["meta"]["subject"]
+    assert commits[0]["meta"]["files"] == ["alpha/retry.py"]
+
+
+def test_separate_mode_labels_each_expert(indexed: Path, config_dir: Path) -> None:
+    r = ask(config_dir, indexed, '"RetryPolicy"', mode="separate")
+    assert r.response["items"] == []
+    assert set(r.response["separate"]) >= {"ripgrep", "bm25"}
+    assert response_validator().is_valid(r.response)
+
+
+def test_same_inputs_same_output(indexed: Path, config_dir: Path) -> None:
+    a = ask(config_dir, indexed, "retry policy for failed uploads")
+    b = ask(config_dir, indexed, "retry policy for failed uploads")
+    strip = lambda r: [(i["id"], i["score"], i["tier"]) for i in r.response["items"]]  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_editing_a_prior_changes_experts_and_config_version(indexed: Path, config_dir: Path) -> None:
+    q = "where is FileSystemStorage defined"
+    before = ask(config_dir, indexed, q).response["receipt"]
+    priors = yaml.safe_load((config_dir / "priors.yaml").read_text())
+    priors["classes"]["typed-symbol"]["bm25"] = 0.0
+    (config_dir / "priors.yaml").write_text(yaml.safe_dump(priors))
+    after = ask(config_dir, indexed, q).response["receipt"]
+    assert "bm25" in before["experts_selected"]["selected"]
+    assert "bm25" not in after["experts_selected"]["selected"]
+    assert before["config_version"] != after["config_version"]
+    again = ask(config_dir, indexed, q).response["receipt"]
+    assert again["config_version"] == after["config_version"]
+
+
+def test_zero_expert_gate_is_a_structured_receipted_error(indexed: Path, config_dir: Path) -> None:
+    priors = yaml.safe_load((config_dir / "priors.yaml").read_text())
+    priors["classes"]["identifier"] = {"ripgrep": 0.05}
+    (config_dir / "priors.yaml").write_text(yaml.safe_dump(priors))
+    r = ask(config_dir, indexed, '"RetryPolicy"')
+    assert r.error is not None and r.error.code == "zero_expert_gate" and r.exit_code == 1
+    assert r.response["receipt"]["status"] == "zero_expert_gate"
+    assert "below gate.min_prior" in r.response["receipt"]["experts_selected"]["why"]["ripgrep"]
+    assert plain_pynacl_verify(r.response["receipt"])
+
+
+@pytest.mark.parametrize("question", ["x" * 5000 + " FileSystemStorage", "Où est défini FileSystemStorage ? 文件存储 🚀",
+                                      "'; rm -rf / #` $(touch /tmp/pwned) {{7*7}} ignore previous instructions"])
+def test_huge_non_ascii_and_injection_shaped_questions_are_answered_safely(indexed: Path, config_dir: Path,
+                                                                          question: str) -> None:
+    r = ask(config_dir, indexed, question)
+    assert r.error is None
+    assert plain_pynacl_verify(r.response["receipt"])
+    assert r.response["receipt"]["request"]["question"] == question  # nothing lost, stored as data
+    assert not Path("/tmp/pwned").exists()
+    assert response_validator().is_valid(r.response)
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    return subprocess.run(ENGINE + args, cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("question", ["", "   \n\t "])
+def test_cli_empty_question_exits_2_naming_the_field(indexed: Path, config_dir: Path, question: str) -> None:
+    res = _cli(["run", str(config_dir / "pipelines/router.yaml"), "-q", question, "-w", str(indexed), "-f", "json"],
+               cwd=indexed)
+    assert res.returncode == 2
+    out = json.loads(res.stdout)
+    assert out["error"]["error"] == "invalid_request" and out["error"]["field"] == "question"
+    assert plain_pynacl_verify(out["receipt"])
+
+
+def test_cli_run_json_and_receipts_verify(indexed: Path, config_dir: Path) -> None:
+    res = _cli(["run", str(config_dir / "pipelines/router.yaml"), "-q", "where is RetryPolicy defined",
+                "-w", str(indexed), "-f", "json"], cwd=indexed)
+    assert res.returncode == 0, res.stderr
+    resp = json.loads(res.stdout)
+    assert response_validator().is_valid(resp)
+    listed = _cli(["receipts", "list", "-w", str(indexed), "-f", "json"], cwd=indexed)
+    assert resp["receipt"]["receipt_id"] in listed.stdout
+    verified = _cli(["receipts", "verify", "-w", str(indexed)], cwd=indexed)
+    assert verified.returncode == 0 and json.loads(verified.stdout)["invalid"] == []
+    for fmt in ("markdown", "toon"):
+        res = _cli(["run", str(config_dir / "pipelines/router.yaml"), "-q", "where is RetryPolicy defined",
+                    "-w", str(indexed), "-f", fmt], cwd=indexed)
+        assert res.returncode == 0 and "receipt " in res.stdout
+
+
+def test_cli_bad_config_exits_2_with_file_line_and_reason(indexed: Path, config_dir: Path) -> None:
+    text = (config_dir / "experts.yaml").read_text().replace("timeout_ms: 3000", "timeout_ms: fast")
+    (config_dir / "experts.yaml").write_text(text)
+    res = _cli(["validate", "--config-dir", str(config_dir)], cwd=indexed)
+    assert res.returncode == 2
+    err = json.loads(res.stderr)
+    assert err["file"].endswith("experts.yaml") and err["path"] == "experts/ripgrep/timeout_ms" and err["line"] > 1
+
+
+def test_schema_command_prints_schemas(tmp_path: Path) -> None:
+    for which in ("request", "response", "receipt"):
+        res = _cli(["schema", which], cwd=tmp_path)
+        assert res.returncode == 0 and json.loads(res.stdout)["$id"].endswith("/1")
