@@ -94,7 +94,10 @@ class Expert(ABC):
 def expert_errors(expert: str) -> Iterator[None]:
     """Map foreign exceptions to the expert taxonomy at the adapter boundary, in one place."""
     try:
-        yield
+        try:
+            yield
+        except ExceptionGroup as group:  # a task group inside an adapter: report its first real failure
+            raise _first_leaf(group) from group
     except ExpertError:
         raise
     except TimeoutError as exc:
@@ -105,6 +108,13 @@ def expert_errors(expert: str) -> Iterator[None]:
         raise ExpertOutputError(f"{type(exc).__name__}: {exc}", expert=expert) from exc
     except Exception as exc:  # noqa: BLE001 - anything else an adapter raises is an internal failure
         raise ExpertFailed(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = next((e for e in exc.exceptions if isinstance(e, ExpertError)), exc.exceptions[0])
+    return exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,10 +70,11 @@ class GitExpert(Expert):
                     hit["found_by"].append(search["kind"])
 
         projects = [p for p in query.projects if p.name in plan["projects"]]
-        async with anyio.create_task_group() as tg:
-            for project in projects:
-                for search in plan["searches"]:
-                    tg.start_soon(one, project, search)
+        with expert_errors(self.name):
+            async with anyio.create_task_group() as tg:
+                for project in projects:
+                    for search in plan["searches"]:
+                        tg.start_soon(one, project, search)
         # score desc, then newest first, then (project, sha) so equal inputs give equal output
         ranked = sorted(hits.items(), key=lambda kv: (-kv[1]["score"], _neg_date(kv[1]["date"]), kv[0]))
         items = []

@@ -100,9 +100,10 @@ class RipgrepExpert(Expert):
             with expert_errors(self.name):
                 results[project.name] = self._parse(project, res.stdout, plan)
 
-        async with anyio.create_task_group() as tg:
-            for project in query.projects:
-                tg.start_soon(one, project)
+        with expert_errors(self.name):
+            async with anyio.create_task_group() as tg:
+                for project in query.projects:
+                    tg.start_soon(one, project)
         items = [e for p in query.projects for e in results.get(p.name, [])]
         items.sort(key=lambda e: (-e.score, e.project, e.path, e.start_line))
         return items[: query.limit]
