@@ -1,0 +1,27 @@
+# Two commands on a fresh machine:
+#   make demo  — venv, install, index this repo, ask a question
+#   make test  — venv, install, run the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+QUESTION ?= where is the receipt signature verified
+
+.PHONY: demo test install clean
+
+$(BIN)/engine: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $(BIN)/engine
+
+install: $(BIN)/engine
+
+demo: install
+	$(BIN)/engine index --workspace .
+	$(BIN)/engine run pipelines/router.yaml --workspace . -q "$(QUESTION)" --format markdown --limit 5
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .engine
