@@ -48,9 +48,15 @@ def _schema() -> Any:
     return sb.build()
 
 
-def query_terms(question: str) -> list[tuple[str, int]]:
-    """Distinct query tokens with their counts, most frequent first, capped."""
+def query_terms(question: str, emphasis: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """Distinct query tokens with their counts, most frequent first, capped.
+
+    Tokens of ``emphasis`` (identifiers and quoted literals the classifier found) count twice:
+    in "where is Console defined" the name matters more than the words around it.
+    """
     counts = Counter(code_tokens(question, stop_words=True))
+    for tok in code_tokens(" ".join(emphasis), stop_words=True):
+        counts[tok] += 1
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_QUERY_TERMS]
 
 
@@ -115,7 +121,7 @@ class BM25Expert(Expert):
         return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)))
 
     def plan(self, query: Query) -> dict[str, Any]:
-        terms = query_terms(query.question)
+        terms = query_terms(query.question, query.features.identifiers + query.features.literals)
         if not terms:
             raise ExpertUnconfigured("the question has no searchable terms", expert=self.name)
         return {"terms": [t for t, _ in terms], "boosted": {t: c for t, c in terms if c > 1},

@@ -17,6 +17,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import anyio
@@ -27,7 +28,13 @@ from ..workspace import SECRET_GLOBS, SECRET_PATTERNS, EXCLUDED_DIRS, LANGUAGES,
     is_test_file, normalize_scope_path, rg_binary
 from .base import Expert, expert_errors, run_process
 
-_DEF_WORDS = r"(?:class|def|function|func|fn|interface|struct|type|enum|trait|impl|const|let|var|public|private|protected|static|export|module|record)"
+# a line that defines NAME: a definition keyword right before it, or NAME assigned at line start
+_DEF_WORDS = r"(?:class|def|function|func|fn|interface|struct|type|enum|trait|impl|const|let|var|module|record|object)"
+
+
+def _definition_re(name: str) -> re.Pattern[str]:
+    n = re.escape(name)
+    return re.compile(rf"\b{_DEF_WORDS}\s+\*?{n}\b|^\s*(?:export\s+)?{n}\s*(?::[^=]*)?=[^=]")
 MAX_PATTERNS = 8
 REGION_GAP = 3  # matches this close together form one item
 
@@ -67,7 +74,7 @@ class RipgrepExpert(Expert):
 
     def _argv(self, plan: dict[str, Any]) -> list[str]:
         argv = [self.settings.get("binary") or rg_binary(), "--json", "--no-config", "--max-filesize", "2M",
-                "--max-count", str(int(self.settings.get("max_count_per_file", 50))),
+                "--max-count", str(int(self.settings.get("max_count_per_file", 1000))),
                 "--max-columns", "400", "--max-columns-preview"]
         if plan["mode"] != "regex":
             argv.append("--fixed-strings")
@@ -111,8 +118,9 @@ class RipgrepExpert(Expert):
     def _parse(self, project: Project, stdout: bytes, plan: dict[str, Any]) -> list[Evidence]:
         patterns: list[str] = plan["patterns"]
         ignore_case = plan["mode"] == "fixed-ignore-case"
-        def_res = [re.compile(rf"\b{_DEF_WORDS}\b[^\n]*\b{re.escape(p.split('.')[-1])}\b")
-                   for p in patterns if plan["mode"] != "regex" and re.fullmatch(r"[\w.$]+", p)]
+        def_res = [_definition_re(p.split(".")[-1]) for p in patterns
+                   if plan["mode"] != "regex" and re.fullmatch(r"[\w.$]+", p)]
+        stems = {p.split(".")[-1].lower() for p in patterns}
         regions: dict[str, list[_Region]] = defaultdict(list)
         file_patterns: dict[str, set[str]] = defaultdict(set)
         file_matches: dict[str, int] = defaultdict(int)
@@ -151,7 +159,8 @@ class RipgrepExpert(Expert):
         for path, regs in regions.items():
             coverage = len(file_patterns[path]) / n
             for reg in regs:
-                score = (2.0 * coverage + 1.0 * len(reg.patterns) / n + 1.5 * reg.definition
+                named_file = PurePosixPath(path).stem.lower().strip("_") in stems  # console.py for Console
+                score = (2.0 * coverage + 1.0 * len(reg.patterns) / n + 1.5 * reg.definition + 0.3 * named_file
                          + 0.1 * math.log1p(file_matches[path]) - 0.3 * is_test_file(path))
                 content = "\n".join(reg.lines[k] for k in sorted(reg.lines))
                 out.append(Evidence(project=project.name, path=path, kind="chunk", start_line=reg.start,

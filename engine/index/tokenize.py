@@ -17,7 +17,7 @@ a an and are as at be but by can could did do does doing done for from had has h
 me my no not of on or our please should so some such than that the their them then there these they this those
 to too was we were what when where which while who whom why will with would you your yes via get got use used
 using want need like also just any all each every more most other same only own very does don't isn't it's i'm
-""".split())
+defined define defines definition declared declaration located location find show look code""".split())
 
 
 def split_identifier(token: str) -> list[str]:
