@@ -131,6 +131,28 @@ def index(
 
 
 @app.command()
+def serve(
+    workspace: WorkspaceOpt = None,
+    config_dir: ConfigDirOpt = None,
+    transport: Annotated[str, typer.Option(help="stdio | http (streamable HTTP at /mcp)")] = "stdio",
+    host: Annotated[str, typer.Option(help="HTTP bind address; anything but loopback requires --token")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port")] = 8765,
+    token: Annotated[Optional[str], typer.Option(envvar="ENGINE_MCP_TOKEN",
+                     help="HTTP: every request must carry 'Authorization: Bearer TOKEN'")] = None,
+) -> None:
+    """Serve every pipeline as an MCP tool (plus feedback and receipt); see docs/serve.md."""
+    from .serve import serve as run_server
+
+    try:
+        run_server((config_dir or _default_config_dir()).resolve(), _workspace(workspace), transport=transport,
+                   host=host, port=port, token=token)
+    except EngineError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
 def validate(config_dir: ConfigDirOpt = None) -> None:
     """Validate experts.yaml, priors.yaml and every pipeline graph; report file, path and reason."""
     from .graph import build_graph
@@ -172,6 +194,20 @@ def diff(
         _fail(exc)
         return
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False) if fmt == "json" else format_diff(result))
+
+
+@app.command()
+def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt: FormatOpt = "text") -> None:
+    """Check binaries, projects, data dir, signing key, store, config, pipelines and every expert's index."""
+    from .doctor import run_doctor
+
+    checks = run_doctor(_workspace(workspace), config_dir or _default_config_dir())
+    if fmt == "json":
+        typer.echo(json.dumps(checks, indent=2, default=str))
+    else:
+        for c in checks:
+            typer.echo(f"{'ok ' if c['ok'] else 'FAIL'} {c['check']:<28} {c['detail']}")
+    raise typer.Exit(0 if all(c["ok"] for c in checks) else 1)
 
 
 def _store(workspace: list[Path] | None):  # noqa: ANN202 - avoids importing duckdb for every command

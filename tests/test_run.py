@@ -170,3 +170,21 @@ def test_schema_command_prints_schemas(tmp_path: Path) -> None:
     for which in ("request", "response", "receipt"):
         res = _cli(["schema", which], cwd=tmp_path)
         assert res.returncode == 0 and json.loads(res.stdout)["$id"].endswith("/1")
+
+
+def test_cache_hit_is_receipted_and_invalidated_by_config(indexed: Path, config_dir: Path) -> None:
+    q = '"RetryPolicy"'
+    first = ask(config_dir, indexed, q, no_cache=False)
+    second = ask(config_dir, indexed, q, no_cache=False)
+    assert first.response["receipt"]["cache"]["hit"] is False
+    assert second.response["receipt"]["cache"]["hit"] is True
+    assert second.response["receipt"]["per_expert"] == {}  # nothing fired: the receipt says so
+    assert [i["id"] for i in first.response["items"]] == [i["id"] for i in second.response["items"]]
+    assert plain_pynacl_verify(second.response["receipt"])
+    text = (config_dir / "priors.yaml").read_text().replace("k: 60", "k: 61")
+    (config_dir / "priors.yaml").write_text(text)
+    third = ask(config_dir, indexed, q, no_cache=False)
+    assert third.response["receipt"]["cache"]["hit"] is False
+    negative = ask(config_dir, indexed, '"no-such-string-zqx"', no_cache=False)
+    negative2 = ask(config_dir, indexed, '"no-such-string-zqx"', no_cache=False)
+    assert negative.response["items"] == [] and negative2.response["receipt"]["cache"]["hit"] is True
