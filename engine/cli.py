@@ -110,13 +110,24 @@ def index(
     config_dir: ConfigDirOpt = None,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Index only these experts.")] = None,
     fmt: FormatOpt = "table",
+    watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
 ) -> None:
     """Build or update every index-backed expert's index, incrementally (content hashes)."""
-    from .indexing import index_workspace
+    from .indexing import index_workspace, watch
 
     try:
         ws = _workspace(workspace)
         cfg = load_config(config_dir or _default_config_dir())
+        if watch_:
+            def report(rs: list[Any]) -> None:
+                typer.echo(" ".join(f"{r.name}:+{r.added}/-{r.removed}" for r in rs if r.added or r.removed))
+
+            try:
+                watch(ws, lambda: load_config(config_dir or _default_config_dir()), interval_s=interval,
+                      on_change=report)
+            except KeyboardInterrupt:
+                return
         reports = index_workspace(ws, cfg, only=only, progress=not fmt == "json")
     except EngineError as exc:
         _fail(exc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .experts import ExpertEnv, adapter_class
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
@@ -51,10 +51,11 @@ def index_workspace(ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None
     reports: list[IndexReport] = []
     with index_lock(ws.data_dir):
         current = scan_workspace(ws)
-        for name, spec in sorted(cfg.experts.items()):
-            if not spec.enabled or (wanted and name not in wanted):
-                continue
-            expert = adapter_class(spec.adapter)(spec, env)
+        experts = [(name, adapter_class(spec.adapter)(spec, env)) for name, spec in sorted(cfg.experts.items())
+                   if spec.enabled and (not wanted or name in wanted)]
+        # fast indexes first: a slow one (embeddings) must not keep the others stale
+        experts.sort(key=lambda ne: (bool(getattr(ne[1], "slow_index", False)), ne[0]))
+        for name, expert in experts:
             make = getattr(expert, "indexer", None)
             if make is None:
                 continue
@@ -62,3 +63,16 @@ def index_workspace(ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None
             accept = getattr(expert, "accepts", None)
             reports.append(update_index(name, make(), ws, current, progress=bar, accept=accept))
     return reports
+
+
+def watch(ws: Workspace, cfg_loader: Callable[[], ConfigSet], *, interval_s: float = 0.5,
+          on_change: Callable[[list[IndexReport]], None] | None = None, max_rounds: int | None = None) -> None:
+    """Keep a workspace fresh: re-scan every ``interval_s`` (stat only for unchanged files) and
+    re-index what changed. Polling keeps it dependency-free and works on every filesystem."""
+    rounds = 0
+    while max_rounds is None or rounds < max_rounds:
+        reports = index_workspace(ws, cfg_loader(), progress=False)
+        if on_change and any(r.added or r.removed for r in reports):
+            on_change(reports)
+        rounds += 1
+        time.sleep(interval_s)

@@ -102,3 +102,21 @@ def test_stale_index_flags_changed_files(indexed: Path, config_dir: Path) -> Non
     assert "file-changed-since-indexed" in stale[0]["flags"]
     fresh = r.response["receipt"]["per_expert"]["bm25"]["freshness"]
     assert fresh["projects"]["alpha"]["indexed_sha"] == fresh["projects"]["alpha"]["head_sha"]
+
+
+def test_incremental_index_adds_changes_and_drops(indexed: Path, config_dir: Path) -> None:
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    ws, cfg = Workspace.open([indexed]), load_config(config_dir)
+    (indexed / "alpha" / "alpha" / "fresh.py").write_text("def brand_new_zebra_handler():\n    return 1\n")
+    (indexed / "beta" / "beta" / "storage.py").unlink()
+    (rep,) = index_workspace(ws, cfg, only=["bm25"], progress=False)
+    assert (rep.added, rep.removed) == (1, 1)
+    r = ask(config_dir, indexed, "brand new zebra handler", intent="conceptual")
+    assert r.response["items"][0]["path"] == "alpha/fresh.py"
+    r = ask(config_dir, indexed, "Beta's own storage with the same name", intent="conceptual")
+    assert "beta/storage.py" not in [i["path"] for i in r.response["items"]]
+    (rep,) = index_workspace(ws, cfg, only=["bm25"], progress=False)
+    assert (rep.added, rep.removed) == (0, 0)
