@@ -55,14 +55,27 @@ def load_or_create_key(data_dir: Path) -> SigningKey:
     return key
 
 
+def portable(value: Any) -> Any:
+    """Numbers every JSON implementation prints the same way: integral floats become ints and
+    other floats are rounded to 4 decimals (no exponent form). A receipt re-serialised by a
+    JavaScript client (``JSON.stringify`` prints ``1.0`` as ``1``) must still verify."""
+    if isinstance(value, float):
+        r = round(value, 4)
+        return int(r) if r.is_integer() else r
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    return value
+
+
 def signing_bytes(receipt: dict[str, Any]) -> bytes:
     return canonical_json({k: v for k, v in receipt.items() if k != "signature"}).encode("utf-8")
 
 
 def sign(receipt: dict[str, Any], key: SigningKey) -> dict[str, Any]:
     """Return the receipt with ``public_key`` and ``signature`` set."""
-    body = dict(receipt)
-    body.pop("signature", None)
+    body = portable({k: v for k, v in receipt.items() if k != "signature"})
     body["public_key"] = key.verify_key.encode().hex()
     body["signature"] = key.sign(signing_bytes(body)).signature.hex()
     return body

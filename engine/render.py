@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOON_FIELDS = ("rank", "tier", "project", "path", "lines", "kind", "symbol", "sources", "score", "id", "nuance",
-               "content")
+TOON_FIELDS = ("rank", "tier", "project", "path", "lines", "kind", "symbol", "sources", "score", "id", "flags",
+               "nuance", "content")
 
 
 def _lines(it: dict[str, Any]) -> str:
@@ -23,6 +23,8 @@ def _sources(it: dict[str, Any]) -> str:
 
 
 def _esc(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(map(str, value))
     return str(value if value is not None else "").replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -71,6 +72,15 @@ class ExpertPool:
         self.sync(config)
         return [self.get(n) for n in sorted(config.experts)]
 
+    async def close_retired(self) -> None:
+        """Close instances replaced by a config reload (their server processes end now, not at exit)."""
+        retired, self._retired = self._retired, []
+        for inst in retired:
+            try:
+                await inst.aclose()
+            except Exception:  # noqa: BLE001 - closing must not fail a request
+                log.exception("closing expert %s", inst.name)
+
     async def aclose(self) -> None:
         for inst in self._retired + [i for _, i in self._experts.values()]:
             try:
@@ -99,15 +109,20 @@ class _Loaded:
 
 
 class Router:
-    def __init__(self, config_dir: Path, workspace: Workspace) -> None:
+    def __init__(self, config_dir: Path, workspace: Workspace, *, arm: str = "router",
+                 store: Store | None = None) -> None:
+        """``arm`` labels this router's benchmark events (eval runs one Router per arm); ``store``
+        lets several routers (one per eval snapshot) share one store."""
         self.config_dir = config_dir.resolve()
         self.workspace = workspace
-        self.store = Store(workspace.data_dir)
+        self.arm = arm
+        self.store = store if store is not None else Store(workspace.data_dir)
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._key: SigningKey | None = None
         self._loaded: _Loaded | None = None
         self.last_reload_error: SpecError | None = None
         self._after: list[tuple[str, dict[str, Any], bool]] = []
+        self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int], ...]:
@@ -173,6 +188,7 @@ class Router:
         started = time.perf_counter()
         spec = self.resolve_pipeline(pipeline)
         cfg = self.config()
+        await self.pool.close_retired()
         version = cfg.config_version(spec, rules_fingerprint())
         try:
             req = request if isinstance(request, Request) else parse_request(request)
@@ -236,12 +252,16 @@ class Router:
         return sha256_hex(canonical_json([version, req.hash(), self.workspace.key(), heads, manifests]))
 
     def _queue_after(self, state: RunState, response: dict[str, Any]) -> None:
+        with self._after_lock:
+            self._queue_after_locked(state, response)
+
+    def _queue_after_locked(self, state: RunState, response: dict[str, Any]) -> None:
         receipt = state.receipt or {}
         c = state.classification
         for name, o in sorted(state.outcomes.items()):
             self._after.append(("tool_benchmark_events", {
                 "event_id": f"{receipt.get('receipt_id')}:{name}", "run_id": receipt.get("receipt_id"),
-                "expert_id": name, "arm": "router", "task_class": c.klass if c else None,
+                "expert_id": name, "arm": self.arm, "task_class": c.klass if c else None,
                 "question_hash": state.request.hash(), "latency_ms": round(o.latency_ms, 3),
                 "result_count": len(o.items), "precision_class": o.precision_class, "status": o.status, "hit": None,
                 "config_version": state.config_version, "created_at": receipt.get("created_at")}, False))
@@ -254,7 +274,8 @@ class Router:
 
     def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
         """Off-the-hot-path work: spool events and cache rows, then move the spool into DuckDB."""
-        pending, self._after = self._after, []
+        with self._after_lock:
+            pending, self._after = self._after, []
         for table, row, durable in pending:
             self.store.append(table, row, durable=durable)
         if ingest:

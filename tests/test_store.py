@@ -73,3 +73,21 @@ def test_signing_key_is_private_and_verifies(tmp_path: Path) -> None:
     r = sign({"receipt_id": "x" * 32, "question": "é 文"}, key)
     assert verify(r) and plain_pynacl_verify(r)
     assert load_or_create_key(tmp_path).verify_key == key.verify_key
+
+
+def test_receipt_survives_a_javascript_round_trip(tmp_path: Path) -> None:
+    """JSON.stringify prints 1.0 as 1: a receipt re-serialised by a JS client must still verify."""
+    from engine.receipts import load_or_create_key, sign
+
+    r = sign({"receipt_id": "y" * 32, "budget": {"latency_ms": 120.0, "k": 60}, "w": {"bm25": 1.0, "x": 0.7},
+              "tiny": 1.234567e-05}, load_or_create_key(tmp_path))
+
+    def js_like(v):  # noqa: ANN001, ANN202 - what JSON.parse + JSON.stringify do to numbers
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {k: js_like(x) for k, x in v.items()}
+        return v
+
+    assert plain_pynacl_verify(js_like(json.loads(json.dumps(r))))
+    assert plain_pynacl_verify(r)

@@ -1,0 +1,99 @@
+"""Front an HTTP search API as an expert (a company code-search service, a docs search endpoint…).
+
+Settings (experts.yaml ``settings:``)::
+
+    url: http://127.0.0.1:8080/search      # fixed: the question never becomes part of the URL's text
+    method: GET                             # GET | POST
+    params: {q: "{{ question }}", n: "{{ limit }}"}   # query string (sandboxed jinja2 templates)
+    json: {query: "{{ pattern }}"}          # POST body (templates; "{{ var }}" keeps the native type)
+    headers: {Accept: application/json}    # templates too
+    auth_env: SEARCH_API_TOKEN              # header value read from this environment variable
+    auth_header: Authorization              # default Authorization
+    auth_prefix: "Bearer "                  # default "Bearer "
+    per_project: false                      # true: one request per project in scope
+    required: [term]                        # template variables the question must fill
+    result: {items: "results", fields: {path: file, line: line, content: snippet}}
+
+Errors: a connection that cannot be made (``httpx.TransportError``) → unavailable; a non-2xx
+status → internal; a body that is not JSON or not of the configured shape → malformed.
+
+A fresh ``httpx.AsyncClient`` per search: the router may call from a different event loop on
+each CLI run, and a pooled client is bound to the loop that created it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from ..errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
+from ..spec import ExpertSpec
+from ..types import Evidence, Query
+from .base import Expert, ExpertEnv
+from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_each
+
+_TEMPLATED = ("params", "json", "headers")
+
+
+class HttpExpert(Expert):
+    adapter = "http"
+
+    def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
+        super().__init__(spec, env)
+        self._templates: TemplateSet | None = None
+        self._mapper: ResultMapper | None = None
+
+    def _prepare(self) -> tuple[TemplateSet, ResultMapper]:
+        if self._templates is None or self._mapper is None:
+            url = self.settings.get("url")
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise ExpertUnconfigured("settings.url must be an http(s) URL", expert=self.name)
+            if str(self.settings.get("method", "GET")).upper() not in ("GET", "POST"):
+                raise ExpertUnconfigured("settings.method must be GET or POST", expert=self.name)
+            source = {k: self.settings[k] for k in _TEMPLATED if k in self.settings}
+            self._templates = TemplateSet(self.name, source, "request")
+            self._mapper = ResultMapper(self.name, self.settings.get("result"))
+        return self._templates, self._mapper
+
+    def plan(self, query: Query) -> dict[str, Any]:
+        templates, _ = self._prepare()
+        return {"method": str(self.settings.get("method", "GET")).upper(), "url": self.settings["url"],
+                "calls": plan_calls(self.name, self.settings, templates, query, "request")}
+
+    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        _, mapper = self._prepare()
+        auth = auth_headers(self.name, self.settings)
+        by_project = {p.name: p for p in query.projects}
+        async with httpx.AsyncClient(timeout=httpx.Timeout(self.spec.timeout_ms / 1000 + 1)) as client:
+
+            def one(call: dict[str, Any]) -> Callable[[], Awaitable[list[Evidence]]]:
+                async def run() -> list[Evidence]:
+                    req = call["request"]
+                    headers = {str(k): str(v) for k, v in (req.get("headers") or {}).items()} | auth
+                    params = {str(k): v if isinstance(v, (str, int, float)) else str(v)
+                              for k, v in (req.get("params") or {}).items()}
+                    body = await self._fetch(client, plan["method"], plan["url"], params, req.get("json"), headers)
+                    return mapper.evidence(mapper.records_from_json(body), query,
+                                           by_project.get(call["project"] or ""))
+                return run
+
+            chunks = await run_each([one(c) for c in plan["calls"]])
+        return [e for chunk in chunks for e in chunk][: query.limit]
+
+    async def _fetch(self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any],
+                     body: Any, headers: dict[str, str]) -> Any:
+        try:
+            resp = await client.request(method, url, params=params or None,
+                                        json=body if method == "POST" else None, headers=headers)
+            resp.raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            raise ExpertFailed(f"HTTP {exc.response.status_code} from {url}: {exc.response.text[:200]}",
+                               expert=self.name, status=exc.response.status_code) from None
+        except httpx.TransportError as exc:
+            raise ExpertUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}", expert=self.name) from None
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ExpertOutputError(f"response from {url} is not JSON: {exc}", expert=self.name) from None

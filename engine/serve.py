@@ -1,0 +1,263 @@
+"""``engine serve``: every pipeline as an MCP tool, plus ``feedback`` and ``receipt``.
+
+A thin surface over :class:`engine.runtime.Router`, the same API the CLI uses. The MCP SDK itself
+is only touched through :mod:`engine.mcp_bridge` (the one module importing ``mcp``).
+
+* **Tools.** One per pipeline in the config folder's ``pipelines/`` (name = pipeline name,
+  description = the pipeline's ``description``, input schema = the request JSON Schema), listed
+  fresh on every ``tools/list``; plus ``feedback`` and ``receipt``.
+* **One Router per server lifetime** (the server's lifespan). It hot-reloads the config on each
+  call (file mtimes; a bad edit is logged and the last good config keeps serving), so an edit to
+  priors.yaml or a pipeline shows up in the next answer's ``config_version`` with no restart.
+* **Results.** Text in the requested format (default :data:`DEFAULT_FORMAT`) and the full JSON
+  response as structured content. A router failure is a tool error (``isError``) whose text
+  starts with the classified error code.
+* **Size discipline.** ``limit`` and the snippet cap (priors ``fusion.snippet_chars``) apply as
+  in every surface; then text + structured JSON must fit :data:`MAX_RESULT_CHARS` (≈20k tokens;
+  agents' MCP clients reject results over ~25k). Over it, the lowest-ranked items are dropped and
+  the answer says so (``truncated``). The signed receipt is never altered.
+* **Off the hot path.** After each answer a background task runs :meth:`Router.flush` (events,
+  cache rows, DuckDB ingest) in a worker thread; the last flush runs at shutdown.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from . import __version__
+from .errors import EngineError, SpecError
+from .mcp_bridge import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
+from .render import render
+from .runtime import Router
+from .spec import load_schema
+from .workspace import Workspace
+
+log = logging.getLogger("engine.serve")
+
+DEFAULT_FORMAT = "toon"  # measured in docs/serve.md: fewer tokens than json, every field kept
+MAX_RESULT_CHARS = int(os.environ.get("ENGINE_MCP_MAX_CHARS", "80000"))
+RESERVED = ("feedback", "receipt")
+INSTRUCTIONS = ("Search this workspace's code, docs and history. Call `router` with a plain-words question; "
+                "it picks the right search experts, fuses their evidence and returns a signed receipt. "
+                "Class tools (identifier, typed-symbol, ...) skip classification. Report which items helped "
+                "with `feedback`; look a receipt up with `receipt`.")
+
+FEEDBACK_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["receipt_id", "useful_item_ids"],
+    "properties": {
+        "receipt_id": {"type": "string", "minLength": 1, "maxLength": 200},
+        "useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
+        "note": {"type": "string", "maxLength": 4000},
+        "session_id": {"type": "string", "maxLength": 200},
+    },
+}
+RECEIPT_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["receipt_id"],
+                  "properties": {"receipt_id": {"type": "string", "minLength": 1, "maxLength": 200}}}
+
+
+def request_schema() -> dict[str, Any]:
+    """The request JSON Schema as a tool input schema (``$schema``/``$id`` dropped: some clients trip on them)."""
+    return {k: v for k, v in load_schema("request").items() if k not in ("$schema", "$id")}
+
+
+def fit_answer(response: dict[str, Any], fmt: str, max_chars: int = MAX_RESULT_CHARS) -> tuple[str, dict[str, Any]]:
+    """Render ``response``; drop lowest-ranked items until text + JSON fit ``max_chars`` (and say so)."""
+    text = render(response, fmt)
+    if len(text) + len(_compact(response)) <= max_chars:
+        return text, response
+    # drop order: fused items from the bottom; in separate mode, the longest list's tail first
+    order: list[tuple[str | None, int]] = [(None, i) for i in reversed(range(len(response.get("items", []))))]
+    lists = {n: len(s.get("items", [])) for n, s in response.get("separate", {}).items()}
+    while any(lists.values()):
+        name = max(sorted(lists), key=lambda n: lists[n])
+        lists[name] -= 1
+        order.append((name, lists[name]))
+    if not order:  # nothing to drop (the receipt alone is over the cap): send it as it is
+        return text, response
+
+    def trimmed(n: int) -> dict[str, Any]:
+        drop = set(order[:n])
+        out = dict(response)
+        out["items"] = [it for i, it in enumerate(response.get("items", [])) if (None, i) not in drop]
+        if "separate" in response:
+            out["separate"] = {name: {**s, "items": [it for i, it in enumerate(s["items"]) if (name, i) not in drop]}
+                               for name, s in response["separate"].items()}
+        out["truncated"] = {"dropped_items": n, "max_chars": max_chars,
+                            "hint": "lower `limit` or narrow `scope` to see the rest"}
+        return out
+
+    def size(n: int) -> int:
+        r = trimmed(n)
+        return len(_note(r, fmt)) + len(render(r, fmt)) + len(_compact(r))
+
+    lo, hi = 1, len(order)  # smallest n that fits (or all of them)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if size(mid) <= max_chars:
+            hi = mid
+        else:
+            lo = mid + 1
+    out = trimmed(lo)
+    return _note(out, fmt) + render(out, fmt), out
+
+
+def _compact(response: dict[str, Any]) -> str:
+    return json.dumps(response, ensure_ascii=False, separators=(",", ":"))
+
+
+def _note(response: dict[str, Any], fmt: str) -> str:
+    t = response.get("truncated")
+    if not t or fmt == "json":  # json carries the `truncated` key itself
+        return ""
+    msg = (f"truncated: dropped the {t['dropped_items']} lowest-ranked items to stay under {t['max_chars']} "
+           f"characters; {t['hint']}.")
+    return f"#{msg}\n" if fmt == "toon" else f"> **{msg}**\n\n"
+
+
+class RouterTools:
+    """The ToolApp served over MCP: pipelines, feedback and receipt, over one Router."""
+
+    def __init__(self, router: Router, *, default_format: str = DEFAULT_FORMAT,
+                 max_chars: int = MAX_RESULT_CHARS) -> None:
+        self.router = router
+        self.default_format = default_format
+        self.max_chars = max_chars
+        self._dirty = anyio.Event()
+
+    async def list_tools(self) -> list[ToolSpec]:
+        cfg = self.router.config()
+        schema = request_schema()
+        names = sorted(n for n in cfg.pipelines if n not in RESERVED)
+        names.sort(key=lambda n: n != "router")  # the entry pipeline first
+        tools = [ToolSpec(n, cfg.pipelines[n].description.strip(), schema, title=f"search: {n}") for n in names]
+        tools.append(ToolSpec("feedback", "Record which evidence items of an answer helped (their `id`s) and an "
+                              "optional note. Improves routing over time.", FEEDBACK_SCHEMA, read_only=False))
+        tools.append(ToolSpec("receipt", "Look up a signed receipt by `receipt_id`: which experts ran, why, what "
+                              "they were asked, their status and latency, and the config version.", RECEIPT_SCHEMA))
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply:
+        if name == "feedback":
+            return await self._feedback(arguments)
+        if name == "receipt":
+            return await self._receipt(arguments)
+        cfg = self.router.config()
+        if name not in cfg.pipelines:
+            raise UnknownTool(f"tools: {sorted(cfg.pipelines) + list(RESERVED)}")
+        request = dict(arguments)
+        fmt = str(request.get("format") or self.default_format)
+        if fmt not in ("json", "markdown", "toon"):  # the router rejects it; the answer still renders
+            fmt = self.default_format
+        request.setdefault("format", fmt)
+        try:
+            result = await self.router.run(name, request)
+        except EngineError as exc:  # e.g. the config cannot be loaded at all
+            return ToolReply(f"{exc.code}: {exc.message}", {"error": exc.to_dict()}, is_error=True)
+        finally:
+            self._dirty.set()
+        text, response = fit_answer(result.response, fmt, self.max_chars)
+        if result.error is not None:
+            text = f"{result.error.code}: {result.error.message}\n{text}"
+        return ToolReply(text, response, is_error=result.error is not None)
+
+    async def _feedback(self, args: dict[str, Any]) -> ToolReply:
+        rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
+        if not isinstance(rid, str) or not rid or not isinstance(ids, list) or \
+                not all(isinstance(i, str) for i in ids):
+            return _error("invalid_request", "receipt_id (string) and useful_item_ids (list of strings) are required")
+        if not await self._receipt_body(rid):
+            return _error("not_found", f"no receipt {rid!r}")
+        row = {"feedback_id": uuid.uuid4().hex, "receipt_id": rid, "useful_item_ids": ids,
+               "note": str(args.get("note") or "")[:4000], "session_id": args.get("session_id"),
+               "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        await anyio.to_thread.run_sync(lambda: self.router.store.append("feedback", row))
+        self._dirty.set()
+        return ToolReply(f"feedback {row['feedback_id']} recorded for receipt {rid} ({len(ids)} useful items)",
+                         {"feedback_id": row["feedback_id"], "receipt_id": rid, "useful_item_ids": ids})
+
+    async def _receipt(self, args: dict[str, Any]) -> ToolReply:
+        rid = args.get("receipt_id")
+        if not isinstance(rid, str) or not rid:
+            return _error("invalid_request", "receipt_id (string) is required")
+        body = await self._receipt_body(rid)
+        if body is None:
+            return _error("not_found", f"no receipt {rid!r}")
+        return ToolReply(json.dumps(body, ensure_ascii=False, indent=2), body)
+
+    async def _receipt_body(self, rid: str) -> dict[str, Any] | None:
+        rows = await anyio.to_thread.run_sync(
+            lambda: self.router.store.query("SELECT body FROM receipts WHERE receipt_id = ?", [rid]))
+        return json.loads(rows[0][0]) if rows else None
+
+    async def flusher(self) -> None:
+        """Background task: after each answer, flush the router's deferred work in a worker thread."""
+        while True:
+            await self._dirty.wait()
+            self._dirty = anyio.Event()
+            try:
+                await anyio.to_thread.run_sync(self.router.flush)
+            except Exception:  # noqa: BLE001 - a failed flush is retried on the next answer
+                log.exception("flush failed")
+
+
+def _error(code: str, message: str) -> ToolReply:
+    return ToolReply(f"{code}: {message}", {"error": {"error": code, "message": message}}, is_error=True)
+
+
+def make_server(config_dir: Path, workspace: Workspace, *, default_format: str = DEFAULT_FORMAT,
+                max_chars: int = MAX_RESULT_CHARS) -> Any:
+    """The MCP server; its lifespan owns the Router, the flusher task and their shutdown."""
+
+    @asynccontextmanager
+    async def open_app() -> AsyncIterator[RouterTools]:
+        router = Router(config_dir, workspace)
+        router.config()  # a broken config fails at start, loudly
+        tools = RouterTools(router, default_format=default_format, max_chars=max_chars)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tools.flusher)
+                try:
+                    yield tools
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(router.flush)
+                await router.aclose()
+
+    return build_server("search-router", __version__, INSTRUCTIONS, open_app)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(config_dir: Path, workspace: Workspace, *, transport: str = "stdio", host: str = "127.0.0.1",
+          port: int = 8765, token: str | None = None) -> None:
+    """Run the server until stdin closes (stdio) or it is interrupted (http)."""
+    if transport not in ("stdio", "http"):
+        raise SpecError(f"unknown transport {transport!r}; use stdio or http")
+    if transport == "http" and not is_loopback(host) and not token:
+        raise SpecError(f"binding {host} (not loopback) requires --token; every request must then carry "
+                        "'Authorization: Bearer <token>'")
+    server = make_server(config_dir, workspace)
+    if transport == "stdio":
+        anyio.run(run_stdio, server)
+    else:
+        anyio.run(lambda: run_http(server, host=host, port=port, token=token))
