@@ -22,7 +22,12 @@ demo: install
 	$(BIN)/engine index --workspace .
 	$(BIN)/engine run pipelines/router.yaml --workspace . -q "$(QUESTION)" --format markdown --limit 5
 
-test: install
+# a third-party MCP server (npm @modelcontextprotocol/server-filesystem) the tests run for real
+tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix tests/fixtures/node
+	@touch $@
+
+test: install tests/fixtures/node/node_modules
 	$(BIN)/python -m pytest -q
 
 clean:
