@@ -16,6 +16,13 @@ ADAPTERS: dict[str, str] = {
     "bm25": "engine.experts.bm25:BM25Expert",
     "git": "engine.experts.git:GitExpert",
     "fake": "engine.experts.fake:FakeExpert",
+    "semantic": "engine.experts.semantic:SemanticExpert",
+    "mcp": "engine.experts.mcp_client:McpExpert",
+    "http": "engine.experts.http:HttpExpert",
+    "command": "engine.experts.command:CommandExpert",
+    "symbols": "engine.experts.symbols:SymbolsExpert",
+    "typed": "engine.experts.typed:TypedExpert",
+    "docs": "engine.experts.docs:DocsExpert",
 }
 
 

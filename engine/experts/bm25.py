@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -61,9 +61,13 @@ def query_terms(question: str, emphasis: tuple[str, ...] = ()) -> list[tuple[str
 
 
 class TantivyIndexer:
-    def __init__(self, directory: Path, snippet_chars: int) -> None:
+    """``symbol_weight`` repeats a chunk's symbol (qualified name, heading path) in the searchable
+    body, so a title match outweighs the same word in running text; it is part of ``indexer_id``."""
+
+    def __init__(self, directory: Path, snippet_chars: int, *, symbol_weight: int = 1) -> None:
         self.dir = directory
-        self.indexer_id = INDEX_FORMAT
+        self.symbol_weight = max(1, symbol_weight)
+        self.indexer_id = INDEX_FORMAT if self.symbol_weight == 1 else f"{INDEX_FORMAT}:symbol-x{self.symbol_weight}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self._index: Any = None
@@ -88,7 +92,8 @@ class TantivyIndexer:
         for f, data in files:
             self._writer.delete_documents_by_term("key", f.key)
             for c in chunk_file(f.path, data):
-                body = " ".join(code_tokens(f"{f.path} {c.symbol or ''} {c.text}"))
+                symbol = " ".join([c.symbol or ""] * self.symbol_weight)
+                body = " ".join(code_tokens(f"{f.path} {symbol} {c.text}"))
                 self._writer.add_document(tantivy.Document(
                     key=f.key, project=f.project, path=f.path, symbol=c.symbol or "", kind=c.kind,
                     text=c.text[: self.snippet_chars * 4], body=body, start=c.start_line, end=c.end_line))
@@ -112,13 +117,16 @@ class TantivyIndexer:
 
 class BM25Expert(Expert):
     adapter = "bm25"
+    #: the ``kind`` of the items it returns (the docs expert, a configured subclass, says ``doc``)
+    item_kind: ClassVar[str] = "chunk"
 
     @property
     def _dir(self) -> Path:
         return self.env.index_dir(self.name)
 
     def indexer(self) -> TantivyIndexer:
-        return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)))
+        return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)),
+                              symbol_weight=int(self.settings.get("symbol_weight", 1)))
 
     def plan(self, query: Query) -> dict[str, Any]:
         terms = query_terms(query.question, query.features.identifiers + query.features.literals)
@@ -173,7 +181,7 @@ class BM25Expert(Expert):
             if changed:
                 flags = ("file-changed-since-indexed",)
             symbol = d["symbol"][0] or None
-            out.append(Evidence(project=project, path=path, kind="chunk", start_line=int(d["start"][0]),
+            out.append(Evidence(project=project, path=path, kind=self.item_kind, start_line=int(d["start"][0]),
                                 end_line=int(d["end"][0]), content=d["text"][0], score=round(float(score), 4),
                                 symbol=symbol, meta={"chunk_kind": d["kind"][0]}, flags=flags))
             if len(out) >= query.limit:

