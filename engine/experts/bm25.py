@@ -14,16 +14,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
-import anyio
-
 from ..errors import ExpertUnavailable, ExpertUnconfigured
-from ..index.build import changed_since_indexed, freshness
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..index.tokenize import code_tokens
 from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
-from .base import Expert, expert_errors
+from .indexed import IndexedExpert
 
 INDEX_FORMAT = "bm25-tantivy-v1"
 MAX_QUERY_TERMS = 96
@@ -115,14 +112,10 @@ class TantivyIndexer:
             _OPEN.pop(self.dir, None)
 
 
-class BM25Expert(Expert):
+class BM25Expert(IndexedExpert):
     adapter = "bm25"
     #: the ``kind`` of the items it returns (the docs expert, a configured subclass, says ``doc``)
     item_kind: ClassVar[str] = "chunk"
-
-    @property
-    def _dir(self) -> Path:
-        return self.env.index_dir(self.name)
 
     def indexer(self) -> TantivyIndexer:
         return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)),
@@ -176,10 +169,7 @@ class BM25Expert(Expert):
             project, path = d["project"][0], d["path"][0]
             if scoped and not in_scope(path, query.scope):
                 continue
-            flags: tuple[str, ...] = ()
-            changed = changed_since_indexed(self._dir / "manifest.json", by_name[project], path)
-            if changed:
-                flags = ("file-changed-since-indexed",)
+            flags = self.stale_flags(by_name[project], path)
             symbol = d["symbol"][0] or None
             out.append(Evidence(project=project, path=path, kind=self.item_kind, start_line=int(d["start"][0]),
                                 end_line=int(d["end"][0]), content=d["text"][0], score=round(float(score), 4),
@@ -187,10 +177,3 @@ class BM25Expert(Expert):
             if len(out) >= query.limit:
                 break
         return out
-
-    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
-        with expert_errors(self.name):
-            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
-
-    def freshness(self, query: Query) -> dict[str, Any] | None:
-        return freshness(self._dir / "manifest.json", query.projects)

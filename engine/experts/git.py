@@ -10,7 +10,6 @@ double: it is where the string was introduced or removed), then newest first.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import anyio

@@ -17,17 +17,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from ..embedding import Embedder, EmbeddingUnavailable
 from ..errors import ExpertUnavailable
-from ..index.build import changed_since_indexed, freshness
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..types import Evidence, Query
 from ..vectors import VectorStore
 from ..workspace import in_scope, normalize_scope_path
-from .base import Expert, expert_errors
+from .indexed import IndexedExpert
 
 _EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
 _STORES: dict[Path, tuple[int, VectorStore, dict[str, list[Any]]]] = {}
@@ -111,13 +108,9 @@ class SemanticIndexer:
         self.store = None
 
 
-class SemanticExpert(Expert):
+class SemanticExpert(IndexedExpert):
     adapter = "semantic"
     slow_index = True
-
-    @property
-    def _dir(self) -> Path:
-        return self.env.index_dir(self.name)
 
     def _embedder(self) -> Embedder:
         return shared_embedder(self.settings.get("model", "minilm-l6-int8"), int(self.settings.get("max_len", 128)),
@@ -166,17 +159,9 @@ class SemanticExpert(Expert):
             project, path, start, end, symbol, text = m
             if project not in projects or (scoped and not in_scope(path, query.scope)):
                 continue
-            changed = changed_since_indexed(self._dir / "manifest.json", projects[project], path)
             out.append(Evidence(project=project, path=path, kind="chunk", start_line=start, end_line=end,
                                 content=text, score=round(score, 4), symbol=symbol,
-                                flags=("file-changed-since-indexed",) if changed else ()))
+                                flags=self.stale_flags(projects[project], path)))
             if len(out) >= query.limit:
                 break
         return out
-
-    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
-        with expert_errors(self.name):
-            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
-
-    def freshness(self, query: Query) -> dict[str, Any] | None:
-        return freshness(self._dir / "manifest.json", query.projects)

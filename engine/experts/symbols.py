@@ -20,19 +20,16 @@ this expert is ``structural`` and never ``typed``.
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-import anyio
-
 from ..errors import ExpertUnavailable, ExpertUnconfigured
-from ..index.build import changed_since_indexed, freshness
 from ..index.files import SourceFile
 from ..index.symbols import SymbolIndexer, SymbolRow, SymbolStore, last_component, taggable
 from ..index.tokenize import STOP_WORDS
 from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
-from .base import Expert, expert_errors
+from .indexed import IndexedExpert
 
 SUBCLASS_WORDS = re.compile(r"\b(subclass(es|ed|ing)?|inherit(s|ed|ing|ance)?|implements|implementations?|"
                             r"implementers?|implementing|extends|extending|derived?|derives|descendants?|"
@@ -149,17 +146,13 @@ def _kind_rank(kind: str) -> int:
     return 0 if kind in CLASS_LIKE else 1 if kind in ("function", "method") else 2
 
 
-class SymbolsExpert(Expert):
+class SymbolsExpert(IndexedExpert):
     adapter = "symbols"
     #: grammar languages this expert indexes (None: every supported code language)
     languages: tuple[str, ...] | None = None
     references = True  # store reference tags (the typed expert resolves usages itself)
     with_names = False
     _store: SymbolStore | None = None
-
-    @property
-    def _dir(self) -> Path:
-        return self.env.index_dir(self.name)
 
     def indexer(self) -> SymbolIndexer:
         return SymbolIndexer(self._dir, languages=self.languages, references=self.references,
@@ -243,7 +236,6 @@ class SymbolsExpert(Expert):
         store = self.store()
         by_name = {p.name: p for p in query.projects}
         scoped = bool(plan.get("path") or plan.get("language"))
-        manifest = self._dir / "manifest.json"
         out: list[Evidence] = []
         for score, _, row in self.ranked_rows(store, plan):
             if scoped and not in_scope(row.path, query.scope):
@@ -251,18 +243,10 @@ class SymbolsExpert(Expert):
             project = by_name.get(row.project)
             if project is None:
                 continue
-            changed = changed_since_indexed(manifest, project, row.path)
-            out.append(row_evidence(row, score, ("file-changed-since-indexed",) if changed else ()))
+            out.append(row_evidence(row, score, self.stale_flags(project, row.path)))
             if len(out) >= query.limit:
                 break
         return out
-
-    async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
-        with expert_errors(self.name):
-            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
-
-    def freshness(self, query: Query) -> dict[str, Any] | None:
-        return freshness(self._dir / "manifest.json", query.projects)
 
 
 def base_score_any(names: list[str], bases: tuple[str, ...]) -> float:

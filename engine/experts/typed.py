@@ -34,7 +34,6 @@ from typing import Any
 import anyio
 
 from ..errors import ExpertTimeout, ExpertUnavailable
-from ..index.build import changed_since_indexed
 from ..index.files import read_indexable
 from ..index.symbols import SymbolRow, SymbolStore, last_component
 from ..types import Evidence, Project, Query
@@ -152,7 +151,6 @@ class TypedExpert(SymbolsExpert):
 
     def _finish(self, query: Query, items: list[Evidence]) -> list[Evidence]:
         by_name = {p.name: p for p in query.projects}
-        manifest = self._dir / "manifest.json"
         out: list[Evidence] = []
         seen: set[tuple[str, str, int, int]] = set()
         for e in sorted(items, key=lambda e: (-e.score, e.project, e.path, e.start_line)):
@@ -160,8 +158,9 @@ class TypedExpert(SymbolsExpert):
             if where in seen or not in_scope(e.path, query.scope):
                 continue
             seen.add(where)
-            if changed_since_indexed(manifest, by_name[e.project], e.path):
-                e = replace(e, flags=("file-changed-since-indexed",))
+            stale = self.stale_flags(by_name[e.project], e.path)
+            if stale:
+                e = replace(e, flags=stale)
             out.append(e)
             if len(out) >= query.limit:
                 break
