@@ -76,6 +76,8 @@ def test_diff_two_git_revisions_via_cli(config_dir: Path, tmp_path: Path) -> Non
     ("when was jitter added to the backoff", "history", "history-phrase"),
     ("where are uploaded file permissions decided", "conceptual", "natural-language"),
     ("hmm", "conceptual", "fallback"),
+    ("When I call `Session.get` with a proxy the request hangs. " + "It happens every time we retry. " * 8,
+     "conceptual", "long-description"),
 ])
 def test_classifier_rules(question: str, klass: str, rule: str) -> None:
     c = classify(question, abstain_below=0.5)

@@ -45,6 +45,9 @@ PATH = re.compile(r"(?<![\w/])(?:[\w.-]+/)+[\w.-]+\.\w+|\b[\w-]+\.(?:py|js|ts|ts
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'-]*")
 FILE_EXT_WORDS = {"py", "js", "ts", "md", "txt"}
 MAX_FEATURES = {"literals": 8, "identifiers": 16, "keywords": 64, "paths": 8}
+#: a question this long is a description (an issue, a stack trace, a paragraph), not a lookup:
+#: its quotes and phrases are incidental, so it is searched as a conceptual question
+LONG_QUESTION_WORDS = 40
 
 
 def extract_features(question: str) -> Features:
@@ -72,6 +75,8 @@ def classify(question: str, abstain_below: float) -> Classification:
     features = extract_features(question)
     text = question.lower()
     klass, confidence, rule = "conceptual", 0.3, "fallback"
+    if len(WORD.findall(question)) >= LONG_QUESTION_WORDS:
+        return Classification("conceptual", 0.7, "long-description", False, features)
     for name, cls, conf, pattern in RULES:
         if re.search(pattern, text):
             klass, confidence, rule = cls, conf, name
@@ -89,7 +94,7 @@ def classify(question: str, abstain_below: float) -> Classification:
 def rules_fingerprint() -> dict[str, Any]:
     """The classifier's rules as data, hashed into config_version."""
     return {"rules": RULES, "quoted": QUOTED.pattern, "regex": REGEX.pattern, "ident": IDENT.pattern,
-            "named": NAMED.pattern, "path": PATH.pattern, "limits": MAX_FEATURES}
+            "named": NAMED.pattern, "path": PATH.pattern, "limits": MAX_FEATURES, "long_words": LONG_QUESTION_WORDS}
 
 
 @node_kind
