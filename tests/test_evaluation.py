@@ -1,0 +1,191 @@
+"""engine eval / compare / bench end to end on the fixture suite (tests/evalsuite.py).
+
+The metrics written by ``engine eval`` are recomputed here by hand from the TREC runs it wrote,
+so ranx, the file-level mapping and the per-class grouping are all checked against something
+that shares no code with them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from engine.cli import app
+from engine.evaluation.compare import compare
+from engine.evaluation.report import write_run
+from engine.evaluation.runner import EvalOptions, run_eval
+
+from .conftest import ROOT
+from .evalsuite import QUESTIONS, build_suite
+
+pytest.importorskip("ranx")
+pytest.importorskip("bm25s")
+
+ARMS = ["router", "bm25", "ripgrep", "bm25-peer"]
+
+
+def _copy_config(dst: Path, conceptual_bm25: float | None = None) -> Path:
+    dst.mkdir(parents=True)
+    shutil.copy(ROOT / "experts.yaml", dst)
+    shutil.copytree(ROOT / "pipelines", dst / "pipelines")
+    priors = yaml.safe_load((ROOT / "priors.yaml").read_text())
+    if conceptual_bm25 is not None:  # the deliberately worsened priors
+        priors["classes"]["conceptual"]["bm25"] = conceptual_bm25
+    (dst / "priors.yaml").write_text(yaml.safe_dump(priors, sort_keys=False))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("evalsuite")
+    suite = build_suite(root)
+    config = _copy_config(root / "config")
+    home = root / "home"
+    opts = EvalOptions(suite=suite, config_dir=config, arms=ARMS, out=root / "base", home=home, progress=False)
+    out, metrics = write_run(run_eval(opts))
+    return {"root": root, "suite": suite, "config": config, "home": home, "out": out, "metrics": metrics}
+
+
+def _trec(path: Path) -> dict[str, list[str]]:
+    run: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        qid, _q0, doc, rank, _score, _tag = line.split()
+        run[qid].append((int(rank), doc))
+    return {q: [d for _, d in sorted(rows)] for q, rows in run.items()}
+
+
+def _by_hand(ranked: list[str], rel: dict[str, int]) -> dict[str, float]:
+    top = ranked[:10]
+    first = next((i + 1 for i, d in enumerate(top) if d in rel), None)
+    dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top))
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(rel.values(), reverse=True)[:10]))
+    out = {"mrr@10": 1 / first if first else 0.0, "ndcg@10": dcg / ideal,
+           "recall@10": sum(1 for d in top if d in rel) / len(rel)}
+    for k in (1, 5, 10):
+        out[f"acc@{k}"] = 1.0 if first and first <= k else 0.0
+    return out
+
+
+def test_eval_writes_every_artefact_and_metrics_match_a_hand_computation(env: dict[str, Any]) -> None:
+    out, metrics = env["out"], env["metrics"]
+    assert {p.name for p in out.iterdir()} >= {"metrics.json", "report.md", "per_query.jsonl", "runs"}
+    assert set(metrics["arms"]) == set(ARMS)
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in (env["suite"] / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        q, c, s = line.split("\t")
+        qrels[q][c] = int(s)
+    klass = {f"q{n:02d}": q[2] for n, q in enumerate(QUESTIONS, start=1)}
+    for arm in ARMS:
+        run = _trec(out / "runs" / f"{arm}.trec")
+        per_query = {q: _by_hand(run.get(q, []), rel) for q, rel in qrels.items()}
+        groups: dict[str, list[str]] = defaultdict(list)
+        for q in qrels:
+            groups[klass[q]].append(q)
+        for group, qids in [("overall", list(qrels)), *groups.items()]:
+            block = metrics["arms"][arm]["overall" if group == "overall" else "classes"]
+            block = block if group == "overall" else block[group]
+            assert block["n"] == len(qids)
+            for m in ("mrr@10", "ndcg@10", "recall@10", "acc@1", "acc@5", "acc@10"):
+                mine = sum(per_query[q][m] for q in qids) / len(qids)
+                assert abs(block[m] - mine) < 0.01, (arm, group, m, block[m], mine)
+    router = metrics["arms"]["router"]["overall"]
+    assert router["receipts"]["rate"] == 1.0  # every answer, failed or not, carries a verifying receipt
+    assert router["selection"]["n"] == len(QUESTIONS) and router["selection"]["f1"] is not None
+    assert router["ndcg@10"] > 0.5, "the fixture questions are easy: a broken harness shows up here"
+    assert metrics["arms"]["bm25-peer"]["overall"]["receipts"]["rate"] is None
+    assert metrics["suite"]["snapshots"] == 2 and metrics["suite"]["classes_from"] == "gold"
+    assert "| router |" in (out / "report.md").read_text()
+
+
+def test_eval_stores_one_event_per_expert_call_labelled_by_arm_and_an_experiment_row(env: dict[str, Any]) -> None:
+    con = duckdb.connect(str(env["home"] / "store" / "engine.duckdb"), read_only=True)
+    try:
+        events = dict(con.execute("SELECT arm, count(*) FROM tool_benchmark_events WHERE arm NOT LIKE '%:warmup' "
+                                  "GROUP BY arm").fetchall())
+        experts = dict(con.execute("SELECT DISTINCT arm, expert_id FROM tool_benchmark_events "
+                                   "WHERE arm IN ('bm25', 'ripgrep')").fetchall())
+        rows = con.execute("SELECT suite, config_version, git_head, metrics FROM experiments").fetchall()
+    finally:
+        con.close()
+    calls = {arm: sum(len(r["expert_latency_ms"]) for r in map(json.loads, (env["out"] / "per_query.jsonl")
+                                                                .read_text().splitlines()) if r["arm"] == arm)
+             for arm in ("router", "bm25", "ripgrep")}
+    assert events == calls
+    assert experts == {"bm25": "bm25", "ripgrep": "ripgrep"}
+    assert sorted(json.loads(m)["arm"] for *_, m in rows) == sorted(ARMS)
+    assert {s for s, *_ in rows} == {"suite:test"}
+    versions = {json.loads(m)["arm"]: cv for _, cv, _, m in rows}
+    assert versions["router"] == env["metrics"]["arms"]["router"]["config_version"] != versions["bm25"]
+
+
+def test_compare_flags_worsened_priors_and_passes_unchanged_ones(env: dict[str, Any]) -> None:
+    root = env["root"]
+    worse_cfg = _copy_config(root / "config-worse", conceptual_bm25=0.0)
+    same_cfg = _copy_config(root / "config-same")
+    runs = {}
+    for name, cfg in (("worse", worse_cfg), ("same", same_cfg)):
+        opts = EvalOptions(suite=env["suite"], config_dir=cfg, arms=["router"], out=root / name, home=env["home"],
+                           progress=False)
+        runs[name] = write_run(run_eval(opts))[1]
+    bad = [c for c in compare(env["metrics"], runs["worse"]) if c.regression]
+    assert any(c.group == "conceptual" and c.metric == "selection F1" for c in bad), bad
+    # an unchanged config passes (a generous latency floor: CI machines are noisy, quality is not)
+    assert not [c for c in compare(env["metrics"], runs["same"], latency_floor_ms=1000) if c.regression]
+    cli = CliRunner()
+    assert cli.invoke(app, ["eval", "compare", str(env["out"]), str(root / "worse")]).exit_code == 1
+    ok = cli.invoke(app, ["eval", "compare", str(env["out"]), str(root / "same" / "metrics.json"),
+                          "--latency-floor-ms", "1000"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_compare_latency_and_receipt_rules() -> None:
+    def m(p95: float, p99: float, receipts: float | None = 1.0) -> dict[str, Any]:
+        block = {"ndcg@10": 0.5, "selection": {"f1": None}, "latency_ms": {"p95": p95, "p99": p99},
+                 "receipts": {"rate": receipts}}
+        return {"arms": {"router": {"overall": block, "classes": {}}}}
+
+    def regressed(base: dict[str, Any], new: dict[str, Any]) -> set[str]:
+        return {c.metric for c in compare(base, new, latency_floor_ms=0) if c.regression}
+
+    assert regressed(m(100, 200), m(109, 239)) == set()
+    assert regressed(m(100, 200), m(111, 200)) == {"latency p95"}
+    assert regressed(m(100, 200), m(100, 241)) == {"latency p99"}
+    assert regressed(m(100, 200), m(100, 200, receipts=0.99)) == {"receipts"}
+    assert not [c for c in compare(m(1, 2), m(2, 4), latency_floor_ms=5) if c.regression]
+
+
+def test_cli_eval_suite_is_the_default_subcommand(env: dict[str, Any]) -> None:
+    out = env["root"] / "cli-peer"
+    res = CliRunner().invoke(app, ["eval", str(env["suite"]), "--arms", "bm25-peer", "--limit-queries", "5",
+                                   "--out", str(out), "--cache-dir", str(env["home"]), "--config-dir",
+                                   str(env["config"]), "--no-progress", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["arms"]["bm25-peer"]["overall"]["n"] == 5
+    bad = CliRunner().invoke(app, ["eval", str(env["suite"]), "--arms", "nosuchexpert", "--cache-dir",
+                                   str(env["home"]), "--config-dir", str(env["config"])])
+    assert bad.exit_code == 2 and "unknown arm" in bad.output
+
+
+def test_bench_reports_overhead_throughput_and_save_to_searchable(env: dict[str, Any], tmp_path: Path) -> None:
+    from engine.evaluation.bench import BenchOptions, bench_table, run_bench
+
+    repo = tmp_path / "repo"
+    shutil.copytree(env["root"] / "repo", repo)
+    r = run_bench(BenchOptions(workspaces=[repo], config_dir=env["config"], n_questions=8, rounds=1,
+                               progress=False))
+    assert r["index"]["per_index"]["bm25"]["files"] > 5 and r["index"]["per_index"]["bm25"]["chunks_per_s"]
+    assert r["end_to_end_ms"]["n"] == r["questions"] and r["router_overhead_ms"]["p50"] is not None
+    assert set(r["experts_ms"]) >= {"bm25", "ripgrep"}
+    assert r["freshness"]["save_to_indexed_searchable_ms"] is not None
+    assert not list(repo.glob("engine_bench_probe_*")), "the probe file is removed afterwards"
+    assert "router overhead" in bench_table(r)
