@@ -223,6 +223,31 @@ def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt:
     raise typer.Exit(0 if all(c["ok"] for c in checks) else 1)
 
 
+@app.command()
+def tune(
+    metrics: Annotated[list[Path], typer.Argument(help="metrics.json files from `engine eval` with single-expert arms")],
+    config_dir: ConfigDirOpt = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
+    metric: Annotated[str, typer.Option(help="Metric to weigh experts by")] = "ndcg@10",
+    min_queries: Annotated[int, typer.Option(help="Classes with fewer queries are left alone")] = 20,
+    fmt: FormatOpt = "text",
+) -> None:
+    """Propose per-class expert priors from measured single-expert quality (review with `engine diff`)."""
+    from .tune import tune as run_tune
+
+    try:
+        rows = run_tune(metrics, config_dir or _default_config_dir(), metric=metric, min_queries=min_queries, out=out)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        typer.echo(f"{r['class']:<18} {r['expert']:<10} {str(r['old']):>5} → {str(r['new']):>5}   "
+                   f"({metric} ratio {r['ratio']}, {r['queries']} queries)")
+
+
 def _store(workspace: list[Path] | None):  # noqa: ANN202 - avoids importing duckdb for every command
     from .store import Store
 

@@ -36,6 +36,8 @@ def _definition_re(name: str) -> re.Pattern[str]:
     n = re.escape(name)
     return re.compile(rf"\b{_DEF_WORDS}\s+\*?{n}\b|^\s*(?:export\s+)?{n}\s*(?::[^=]*)?=[^=]")
 MAX_PATTERNS = 8
+MIN_PATTERN_CHARS = 3
+MAX_OUTPUT_BYTES = 8_000_000  # rg's JSON past this is dropped (flag "output-truncated"): parsing is the cost
 REGION_GAP = 3  # matches this close together form one item
 
 
@@ -66,7 +68,8 @@ class RipgrepExpert(Expert):
             mode = "fixed-ignore-case"
         else:
             patterns, mode = [], "fixed"
-        patterns = [p for p in dict.fromkeys(patterns) if p.strip()][:MAX_PATTERNS]
+        # one- and two-letter patterns ("x", "id") match nearly every line: noise that costs megabytes
+        patterns = [p for p in dict.fromkeys(patterns) if len(p.strip()) >= MIN_PATTERN_CHARS][:MAX_PATTERNS]
         if not patterns:
             raise ExpertUnconfigured("the question has no literal, identifier or keyword to grep for", expert=self.name)
         return {"patterns": patterns, "mode": mode, "path": normalize_scope_path(query.scope.path),
@@ -103,9 +106,11 @@ class RipgrepExpert(Expert):
                 results[project.name] = []
                 return
             # rg exits 1 when nothing matched: a valid empty answer, not a failure
-            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 1))
-            with expert_errors(self.name):
-                results[project.name] = self._parse(project, res.stdout, plan)
+            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 1),
+                                    max_output=MAX_OUTPUT_BYTES)
+            # parsing is CPU work: off the event loop, so the deadline can still cancel the wait
+            results[project.name] = await anyio.to_thread.run_sync(self._parse, project, res.stdout, plan,
+                                                                   abandon_on_cancel=True)
 
         with expert_errors(self.name):
             async with anyio.create_task_group() as tg:
@@ -116,6 +121,13 @@ class RipgrepExpert(Expert):
         return items[: query.limit]
 
     def _parse(self, project: Project, stdout: bytes, plan: dict[str, Any]) -> list[Evidence]:
+        with expert_errors(self.name):
+            return self._parse_json(project, stdout, plan)
+
+    def _parse_json(self, project: Project, stdout: bytes, plan: dict[str, Any]) -> list[Evidence]:
+        truncated = len(stdout) >= MAX_OUTPUT_BYTES
+        if truncated:  # keep whole lines only
+            stdout = stdout[: stdout.rfind(b"\n") + 1]
         patterns: list[str] = plan["patterns"]
         ignore_case = plan["mode"] == "fixed-ignore-case"
         def_res = [_definition_re(p.split(".")[-1]) for p in patterns
@@ -166,7 +178,7 @@ class RipgrepExpert(Expert):
                 out.append(Evidence(project=project.name, path=path, kind="chunk", start_line=reg.start,
                                     end_line=reg.end, content=content, score=round(score, 4),
                                     meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
-                                    flags=("exact-match",)))
+                                    flags=("exact-match", "output-truncated") if truncated else ("exact-match",)))
         return out
 
     @staticmethod
