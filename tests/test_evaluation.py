@@ -189,3 +189,22 @@ def test_bench_reports_overhead_throughput_and_save_to_searchable(env: dict[str,
     assert r["freshness"]["save_to_indexed_searchable_ms"] is not None
     assert not list(repo.glob("engine_bench_probe_*")), "the probe file is removed afterwards"
     assert "router overhead" in bench_table(r)
+
+
+def test_tune_proposes_priors_from_single_expert_arms(env: dict[str, Any], tmp_path: Path) -> None:
+    from engine.spec import load_config
+    from engine.tune import tune
+
+    proposed = tmp_path / "tuned"
+    shutil.copytree(env["config"], proposed)
+    rows = tune([env["out"] / "metrics.json"], env["config"], min_queries=1, out=proposed / "priors.yaml")
+    metrics = json.loads((env["out"] / "metrics.json").read_text())["arms"]
+    assert rows
+    for r in rows:  # each proposal is the expert's nDCG@10 relative to the best single expert of that class
+        best = max(metrics[a]["classes"][r["class"]]["ndcg@10"] for a in ("bm25", "ripgrep")
+                   if r["class"] in metrics[a]["classes"])
+        ratio = metrics[r["expert"]]["classes"][r["class"]]["ndcg@10"] / best
+        assert r["ratio"] == pytest.approx(ratio, abs=1e-3)
+        assert r["new"] is None or r["new"] == pytest.approx(round(ratio / 0.05) * 0.05, abs=1e-6)
+    cfg = load_config(proposed)  # the proposal is a valid priors.yaml
+    assert any(w == 1.0 for c in cfg.priors.classes.values() for w in c.values())
