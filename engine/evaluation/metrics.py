@@ -75,6 +75,8 @@ def ranking_scores(results: Sequence[QueryResult], qrels: Mapping[str, Mapping[s
     except ImportError as exc:
         raise RuntimeError("engine eval needs ranx for its metrics: pip install 'search-router-engine[eval]'") from exc
     qids = [r.qid for r in results]
+    if not any(r.ranked for r in results):  # ranx cannot build an empty run: every metric is 0 by definition
+        return {qid: {ours: 0.0 for ours in RANX_METRICS} for qid in qids}
     q = Qrels({qid: dict(qrels[qid]) for qid in qids})
     run = Run({r.qid: {doc: float(len(r.ranked) - i) for i, doc in enumerate(r.ranked)} for r in results})
     with warnings.catch_warnings():

@@ -41,11 +41,29 @@ def shared_embedder(model: str, max_len: int, threads: int) -> Embedder:
         return _EMBEDDERS[key]
 
 
+def file_summary(path: str, data: bytes) -> tuple[str, int]:
+    """One line per file that says what it holds: its path, then the names it defines (a "repo
+    map" entry). Embedding that costs one vector per file instead of one per chunk, which is
+    what makes semantic search affordable on very large corpora (``units: files``)."""
+    text = data.decode("utf-8", "replace")
+    names: list[str] = []
+    try:
+        from ..syntax import tags
+
+        names = list(dict.fromkeys(t.qualified_name for t in tags(path, data) if t.role == "definition"))
+    except Exception:  # noqa: BLE001 - a file the grammar cannot read is summarised by its path alone
+        names = []
+    head = " ".join(text.split()[:40]) if not names else ""
+    return f"{path}: {', '.join(names[:80]) or head}", text.count("\n") + 1
+
+
 class SemanticIndexer:
-    def __init__(self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int) -> None:
+    def __init__(self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int,
+                 units: str = "chunks") -> None:
         self.dir = directory
         self.embedder = embedder
-        self.indexer_id = f"semantic-v1:{embedder.model_id}"
+        self.units = units
+        self.indexer_id = f"semantic-v1:{units}:{embedder.model_id}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self.batch = batch
@@ -78,11 +96,18 @@ class SemanticIndexer:
         self.remove([f.key for f, _ in files])
         ids, texts = [], []
         for f, data in files:
-            for n, c in enumerate(chunk_file(f.path, data)):
-                cid = f"{f.key}#{n}"
-                ids.append(cid)
-                texts.append(c.text)
-                self.meta[cid] = [f.project, f.path, c.start_line, c.end_line, c.symbol, c.text[: self.snippet_chars]]
+            if self.units in ("files", "both"):
+                summary, n_lines = file_summary(f.path, data)
+                ids.append(f"{f.key}#file")
+                texts.append(summary)
+                self.meta[ids[-1]] = [f.project, f.path, 1, n_lines, None, summary[: self.snippet_chars]]
+            if self.units in ("chunks", "both"):
+                for n, c in enumerate(chunk_file(f.path, data)):
+                    cid = f"{f.key}#{n}"
+                    ids.append(cid)
+                    texts.append(c.text)
+                    self.meta[cid] = [f.project, f.path, c.start_line, c.end_line, c.symbol,
+                                      c.text[: self.snippet_chars]]
         if ids:
             self.store.add(ids, self.embedder.embed(texts, batch_size=self.batch))
         return len(ids)
@@ -118,7 +143,7 @@ class SemanticExpert(IndexedExpert):
 
     def indexer(self) -> SemanticIndexer:
         return SemanticIndexer(self._dir, self._embedder(), int(self.settings.get("stored_chars", 1200)),
-                               int(self.settings.get("batch_size", 32)))
+                               int(self.settings.get("batch_size", 32)), str(self.settings.get("units", "chunks")))
 
     def plan(self, query: Query) -> dict[str, Any]:
         return {"text": query.question[:2000], "model": self._embedder().model_id,
@@ -159,7 +184,7 @@ class SemanticExpert(IndexedExpert):
             project, path, start, end, symbol, text = m
             if project not in projects or (scoped and not in_scope(path, query.scope)):
                 continue
-            out.append(Evidence(project=project, path=path, kind="chunk", start_line=start, end_line=end,
+            out.append(Evidence(project=project, path=path, kind="file" if cid.endswith("#file") else "chunk", start_line=start, end_line=end,
                                 content=text, score=round(score, 4), symbol=symbol,
                                 flags=self.stale_flags(projects[project], path)))
             if len(out) >= query.limit:
