@@ -49,3 +49,19 @@ def test_interrupted_embedding_leaves_a_partial_but_usable_index(workspace_dir: 
     assert r.response["receipt"]["per_expert"]["ripgrep"]["status"] == "ok"
     (rep,) = index_workspace(ws, cfg, only=["semantic"], progress=False)  # resume: only what is missing
     assert rep.unchanged == 2 and rep.added > 0
+
+
+def test_file_summary_units_embed_one_vector_per_file(workspace_dir: Path, config_dir: Path) -> None:
+    import yaml
+
+    data = yaml.safe_load((config_dir / "experts.yaml").read_text())
+    data["experts"]["semantic"]["settings"]["units"] = "files"
+    (config_dir / "experts.yaml").write_text(yaml.safe_dump(data))
+    ws, cfg = Workspace.open([workspace_dir]), load_config(config_dir)
+    (rep,) = index_workspace(ws, cfg, only=["semantic"], progress=False)
+    assert rep.units == rep.added  # one unit per file
+    r = ask(config_dir, workspace_dir, "exponential backoff for failed requests", intent="conceptual",
+            mode="separate")
+    top = r.response["separate"]["semantic"]["items"][0]
+    assert top["kind"] == "file" and top["path"] == "alpha/retry.py"
+    assert "RetryPolicy.should_retry" in top["content"]

@@ -42,8 +42,8 @@ def shared_embedder(model: str, max_len: int, threads: int) -> Embedder:
 
 
 def file_summary(path: str, data: bytes) -> tuple[str, int]:
-    """One line per file that says what it holds: its path, then the names it defines (a "repo
-    map" entry). Embedding that costs one vector per file instead of one per chunk, which is
+    """What a file holds, in a few lines: its path, the names it defines (a "repo map" entry) and
+    its first words. Embedding that costs one vector per file instead of one per chunk, which is
     what makes semantic search affordable on very large corpora (``units: files``)."""
     text = data.decode("utf-8", "replace")
     names: list[str] = []
@@ -53,8 +53,8 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
         names = list(dict.fromkeys(t.qualified_name for t in tags(path, data) if t.role == "definition"))
     except Exception:  # noqa: BLE001 - a file the grammar cannot read is summarised by its path alone
         names = []
-    head = " ".join(text.split()[:40]) if not names else ""
-    return f"{path}: {', '.join(names[:80]) or head}", text.count("\n") + 1
+    head = " ".join(text.split()[:40])  # a docstring or header comment often says what the file is for
+    return f"{path}: {', '.join(names[:60])}\n{head}", text.count("\n") + 1
 
 
 class SemanticIndexer:
@@ -63,7 +63,7 @@ class SemanticIndexer:
         self.dir = directory
         self.embedder = embedder
         self.units = units
-        self.indexer_id = f"semantic-v1:{units}:{embedder.model_id}"
+        self.indexer_id = f"semantic-v2:{units}:{embedder.model_id}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self.batch = batch
