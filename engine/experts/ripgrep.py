@@ -68,8 +68,11 @@ class RipgrepExpert(Expert):
             mode = "fixed-ignore-case"
         else:
             patterns, mode = [], "fixed"
-        # one- and two-letter patterns ("x", "id") match nearly every line: noise that costs megabytes
-        patterns = [p for p in dict.fromkeys(patterns) if len(p.strip()) >= MIN_PATTERN_CHARS][:MAX_PATTERNS]
+        # identifiers of one or two letters ("x", "id") match nearly every line: noise that costs
+        # megabytes. A quoted literal or a regex is kept whatever its length: the caller asked for it.
+        short_ok = mode == "regex" or bool(f.literals)
+        patterns = [p for p in dict.fromkeys(patterns)
+                    if p.strip() and (short_ok or len(p.strip()) >= MIN_PATTERN_CHARS)][:MAX_PATTERNS]
         if not patterns:
             raise ExpertUnconfigured("the question has no literal, identifier or keyword to grep for", expert=self.name)
         return {"patterns": patterns, "mode": mode, "path": normalize_scope_path(query.scope.path),
