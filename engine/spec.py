@@ -121,15 +121,17 @@ class Priors:
     classes: Mapping[str, Mapping[str, float]]
     default_experts: tuple[str, ...]
     default_weights: Mapping[str, float]
+    rule_weights: Mapping[str, Mapping[str, float]]
     abstain_below: float
     gate: GateSpec
     fusion: FusionSpec
     groups: Mapping[str, tuple[str, ...]]
 
-    def weights_for(self, klass: str | None) -> Mapping[str, float]:
+    def weights_for(self, klass: str | None, rule: str | None = None) -> Mapping[str, float]:
+        """The class's priors, with the weights of the classifier rule that fired laid over them."""
         if klass is None:
             return {e: self.default_weights.get(e, 1.0) for e in self.default_experts}
-        return self.classes.get(klass, {})
+        return {**self.classes.get(klass, {}), **self.rule_weights.get(rule or "", {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +200,7 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
     named = [("default_experts", e) for e in raw["default_experts"]]
     named += [(f"classes/{c}/{e}", e) for c, ws in raw["classes"].items() for e in ws]
     named += [(f"default_weights/{e}", e) for e in raw.get("default_weights", {})]
+    named += [(f"rule_weights/{r}/{e}", e) for r, ws in raw.get("rule_weights", {}).items() for e in ws]
     for path, expert in named:
         if expert not in experts:
             raise SchemaError(f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}",
@@ -206,6 +209,7 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
         classes={c: dict(ws) for c, ws in raw["classes"].items()},
         default_experts=tuple(raw["default_experts"]),
         default_weights=dict(raw.get("default_weights", {})),
+        rule_weights={r: dict(ws) for r, ws in raw.get("rule_weights", {}).items()},
         abstain_below=raw["classifier"].get("abstain_below", 0.5),
         gate=GateSpec(**raw["gate"]),
         fusion=FusionSpec(**raw["fusion"]),

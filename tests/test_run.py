@@ -188,3 +188,16 @@ def test_cache_hit_is_receipted_and_invalidated_by_config(indexed: Path, config_
     negative = ask(config_dir, indexed, '"no-such-string-zqx"', no_cache=False)
     negative2 = ask(config_dir, indexed, '"no-such-string-zqx"', no_cache=False)
     assert negative.response["items"] == [] and negative2.response["receipt"]["cache"]["hit"] is True
+
+
+def test_rule_weights_override_class_priors_for_long_descriptions(indexed: Path, config_dir: Path) -> None:
+    short = ask(config_dir, indexed, "how are failed requests retried with backoff").response["receipt"]
+    long_q = ("When an upload fails the client retries it, but the backoff between attempts never grows and "
+              "the retry policy ignores the configured number of attempts, so a flaky network makes every "
+              "request hammer the server until the process is killed; I expected exponential backoff here.")
+    long_r = ask(config_dir, indexed, long_q).response["receipt"]
+    assert short["classifier"]["rule"] == "natural-language"
+    assert long_r["classifier"]["rule"] == "long-description"
+    assert short["fusion"]["weights"]["semantic"] == 1.0 and short["fusion"]["weights"]["bm25"] == 0.5
+    assert long_r["fusion"]["weights"]["semantic"] == 0.5 and long_r["fusion"]["weights"]["bm25"] == 1.0
+    assert "(rule long-description)" in long_r["experts_selected"]["why"]["bm25"]

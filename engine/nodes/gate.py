@@ -40,9 +40,11 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
     config, req, c = state.config, state.request, state.classification
     assert c is not None  # guaranteed by `requires`
     priors, gate = config.priors, config.priors.gate
-    weights = dict(priors.weights_for(None if c.abstained else c.klass))
+    weights = dict(priors.weights_for(None if c.abstained else c.klass, c.rule))
     reasons: dict[str, str] = {}
     basis = "default set (classifier abstained)" if c.abstained else f"class {c.klass}"
+    if not c.abstained and c.rule in priors.rule_weights:
+        basis += f" (rule {c.rule})"
     candidates: dict[str, float] = {}
     projects = state.workspace.scoped_projects(req.scope, dict(priors.groups))
     for name, spec in sorted(config.experts.items()):
