@@ -44,7 +44,7 @@ class Arm:
 def router_experts(cfg: ConfigSet) -> set[str]:
     """Experts the router can select: any with a prior in some class or in the default set."""
     names = set(cfg.priors.default_experts)
-    for weights in cfg.priors.classes.values():
+    for weights in [*cfg.priors.classes.values(), *cfg.priors.rule_weights.values()]:
         names |= {n for n, w in weights.items() if w > 0}
     return {n for n in names if n in cfg.experts and cfg.experts[n].enabled}
 
@@ -90,6 +90,7 @@ def solo_config(config_dir: Path, cfg: ConfigSet, expert: str, home: Path) -> Pa
     raw["classes"] = {c: {expert: 1.0} for c in CLASSES}
     raw["default_experts"] = [expert]
     raw["default_weights"] = {expert: 1.0}
+    raw.pop("rule_weights", None)  # a rule's weights would bring other experts back in
     src_files = [config_dir / "experts.yaml", *sorted((config_dir / "pipelines").glob("*.yaml"))]
     h = hashlib.sha256(yaml.safe_dump(raw, sort_keys=True).encode())
     for f in src_files:
