@@ -16,6 +16,7 @@ except ``finalizer`` nodes (the receipt), which always run so that no request go
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -74,7 +75,7 @@ class RunState:
         return self.request.budget.latency_ms - self.elapsed_ms()
 
 
-class Node:
+class Node(ABC):
     kind: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()  # kinds that must be upstream
     finalizer: ClassVar[bool] = False
@@ -86,8 +87,9 @@ class Node:
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         """Raise SpecError when settings name experts, pipelines or values that do not exist."""
 
+    @abstractmethod
     async def run(self, state: RunState) -> None:
-        raise NotImplementedError  # abstract; every registered kind overrides it
+        """Do this node's part of the run, reading and writing only the fields of ``state`` it owns."""
 
     def _check_experts(self, names: Any, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
         for name in names or ():
