@@ -28,7 +28,7 @@ tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
 	@touch $@
 
 test: install tests/fixtures/node/node_modules
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) .engine
