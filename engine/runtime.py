@@ -272,6 +272,14 @@ class Router:
                                           "expires_at": time.time() + CACHE_TTL_S, "negative": not response["items"],
                                           "response": cached}, False))
 
+    def label_hits(self, run_id: str, hits: dict[str, bool]) -> None:
+        """Mark one run's queued benchmark events with whether each expert returned relevant
+        evidence. Only a caller that knows relevance (``engine eval``) can say; unlabelled = null."""
+        with self._after_lock:
+            for table, row, _ in self._after:
+                if table == "tool_benchmark_events" and row["run_id"] == run_id and row["expert_id"] in hits:
+                    row["hit"] = hits[row["expert_id"]]
+
     def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
         """Off-the-hot-path work: spool events and cache rows, then move the spool into DuckDB."""
         with self._after_lock:

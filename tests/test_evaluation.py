@@ -114,6 +114,10 @@ def test_eval_stores_one_event_per_expert_call_labelled_by_arm_and_an_experiment
         experts = dict(con.execute("SELECT DISTINCT arm, expert_id FROM tool_benchmark_events "
                                    "WHERE arm IN ('bm25', 'ripgrep')").fetchall())
         rows = con.execute("SELECT suite, config_version, git_head, metrics FROM experiments").fetchall()
+        hits = dict(con.execute("SELECT expert_id, count(*) FILTER (WHERE hit) FROM tool_benchmark_events "
+                                "WHERE arm = 'bm25' GROUP BY expert_id").fetchall())
+        unlabelled = con.execute("SELECT count(*) FROM tool_benchmark_events WHERE hit IS NULL "
+                                 "AND arm NOT LIKE '%:warmup'").fetchone()[0]
     finally:
         con.close()
     calls = {arm: sum(len(r["expert_latency_ms"]) for r in map(json.loads, (env["out"] / "per_query.jsonl")
@@ -121,6 +125,16 @@ def test_eval_stores_one_event_per_expert_call_labelled_by_arm_and_an_experiment
              for arm in ("router", "bm25", "ripgrep")}
     assert events == calls
     assert experts == {"bm25": "bm25", "ripgrep": "ripgrep"}
+    # hit = the expert returned a relevant file somewhere in its answer (for a one-expert arm: the
+    # queries whose ranked list holds a relevant doc), computed here from the qrels file itself
+    relevant: dict[str, set[str]] = defaultdict(set)
+    for line in (env["suite"] / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, doc, grade = line.split("\t")
+        if int(grade) > 0:
+            relevant[qid].add(doc)
+    per_query = [json.loads(r) for r in (env["out"] / "per_query.jsonl").read_text().splitlines()]
+    found = sum(1 for r in per_query if r["arm"] == "bm25" and relevant[r["qid"]] & set(r["ranked"]))
+    assert hits["bm25"] == found > 0 and unlabelled == 0
     assert sorted(json.loads(m)["arm"] for *_, m in rows) == sorted(ARMS)
     assert {s for s, *_ in rows} == {"suite:test"}
     versions = {json.loads(m)["arm"]: cv for _, cv, _, m in rows}

@@ -119,8 +119,19 @@ def to_result(q: EvalQuery, arm: str, klass: str, response: dict[str, Any], erro
     return res
 
 
+def expert_hits(response: dict[str, Any], relevant: set[str], sw: SnapshotWorkspace) -> dict[str, bool]:
+    """Did each expert that ran return (as a source of some item) a relevant document?"""
+    hits = {name: False for name in (response.get("receipt") or {}).get("per_expert", {})}
+    for item in response.get("items", []):
+        found = sw.path_to_doc.get(item.get("path") or "") in relevant
+        for s in item.get("sources", []):
+            hits[s["expert"]] = hits.get(s["expert"], False) or found
+    return hits
+
+
 async def run_router_arm(arm: Arm, sw: SnapshotWorkspace, queries: list[EvalQuery], classes: dict[str, str],
-                         opts: EvalOptions, store: Store, limit: int, bar: Progress) -> list[QueryResult]:
+                         opts: EvalOptions, store: Store, limit: int, bar: Progress,
+                         qrels: dict[str, dict[str, int]]) -> list[QueryResult]:
     assert arm.config_dir is not None
     router = Router(arm.config_dir, sw.workspace(), arm=arm.name, store=store)
     out: list[QueryResult] = []
@@ -137,6 +148,10 @@ async def run_router_arm(arm: Arm, sw: SnapshotWorkspace, queries: list[EvalQuer
             started = time.perf_counter()
             result = await router.run(opts.pipeline, request)
             latency = (time.perf_counter() - started) * 1000
+            receipt_id = (result.response.get("receipt") or {}).get("receipt_id")
+            if receipt_id:
+                relevant = {d for d, g in qrels.get(q.id, {}).items() if g > 0}
+                router.label_hits(receipt_id, expert_hits(result.response, relevant, sw))
             router.flush(ingest=False)  # spool events now, ingest once at the end (off the timed path)
             out.append(to_result(q, arm.name, classes[q.id], result.response,
                                  result.error.code if result.error else None, latency, sw))
@@ -207,7 +222,8 @@ def run_eval(opts: EvalOptions) -> EvalRun:
                 run.results[arm.name] += run_peer_arm(suite, snapshot, queries, classes, bar)
             else:
                 assert sw is not None
-                run.results[arm.name] += anyio.run(run_router_arm, arm, sw, queries, classes, opts, store, limit, bar)
+                run.results[arm.name] += anyio.run(run_router_arm, arm, sw, queries, classes, opts, store, limit, bar,
+                                                    suite.qrels)
             timing[f"query_s.{arm.name}"] += time.perf_counter() - t
     bar.note("ingesting benchmark events\n")
     store.ingest(timeout_s=60.0)
