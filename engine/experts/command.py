@@ -23,35 +23,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ExpertUnconfigured
-from ..spec import ExpertSpec
 from ..types import Evidence, Query
-from .base import Expert, ExpertEnv, expert_errors, run_process
+from .base import expert_errors, run_process
 from .mapping import ResultMapper, TemplateSet, plan_calls, run_each
+from .templated import TemplatedExpert
 
 
-class CommandExpert(Expert):
+class CommandExpert(TemplatedExpert):
     adapter = "command"
 
-    def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
-        super().__init__(spec, env)
-        self._templates: TemplateSet | None = None
-        self._mapper: ResultMapper | None = None
-
-    def _prepare(self) -> tuple[TemplateSet, ResultMapper]:
-        if self._templates is None or self._mapper is None:
-            argv = self.settings.get("argv")
-            if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-                raise ExpertUnconfigured("settings.argv must be a non-empty list of strings", expert=self.name)
-            if self.settings.get("cwd", "project") not in ("project", "none"):
-                raise ExpertUnconfigured("settings.cwd must be project or none", expert=self.name)
-            self._templates = TemplateSet(self.name, argv, "argv")
-            result = dict(self.settings.get("result") or {})
-            if self.settings.get("output", "lines") == "jsonl":
-                result["format"] = "jsonl"
-            else:
-                result.setdefault("format", "text")
-            self._mapper = ResultMapper(self.name, result)
-        return self._templates, self._mapper
+    def _build(self) -> tuple[TemplateSet, ResultMapper]:
+        argv = self.settings.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ExpertUnconfigured("settings.argv must be a non-empty list of strings", expert=self.name)
+        if self.settings.get("cwd", "project") not in ("project", "none"):
+            raise ExpertUnconfigured("settings.cwd must be project or none", expert=self.name)
+        result = dict(self.settings.get("result") or {})
+        if self.settings.get("output", "lines") == "jsonl":
+            result["format"] = "jsonl"
+        else:
+            result.setdefault("format", "text")
+        return TemplateSet(self.name, argv, "argv"), ResultMapper(self.name, result)
 
     def plan(self, query: Query) -> dict[str, Any]:
         templates, _ = self._prepare()

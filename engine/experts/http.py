@@ -29,33 +29,24 @@ from typing import Any
 import httpx
 
 from ..errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
-from ..spec import ExpertSpec
 from ..types import Evidence, Query
-from .base import Expert, ExpertEnv
 from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_each
+from .templated import TemplatedExpert
 
 _TEMPLATED = ("params", "json", "headers")
 
 
-class HttpExpert(Expert):
+class HttpExpert(TemplatedExpert):
     adapter = "http"
 
-    def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
-        super().__init__(spec, env)
-        self._templates: TemplateSet | None = None
-        self._mapper: ResultMapper | None = None
-
-    def _prepare(self) -> tuple[TemplateSet, ResultMapper]:
-        if self._templates is None or self._mapper is None:
-            url = self.settings.get("url")
-            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-                raise ExpertUnconfigured("settings.url must be an http(s) URL", expert=self.name)
-            if str(self.settings.get("method", "GET")).upper() not in ("GET", "POST"):
-                raise ExpertUnconfigured("settings.method must be GET or POST", expert=self.name)
-            source = {k: self.settings[k] for k in _TEMPLATED if k in self.settings}
-            self._templates = TemplateSet(self.name, source, "request")
-            self._mapper = ResultMapper(self.name, self.settings.get("result"))
-        return self._templates, self._mapper
+    def _build(self) -> tuple[TemplateSet, ResultMapper]:
+        url = self.settings.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ExpertUnconfigured("settings.url must be an http(s) URL", expert=self.name)
+        if str(self.settings.get("method", "GET")).upper() not in ("GET", "POST"):
+            raise ExpertUnconfigured("settings.method must be GET or POST", expert=self.name)
+        source = {k: self.settings[k] for k in _TEMPLATED if k in self.settings}
+        return TemplateSet(self.name, source, "request"), ResultMapper(self.name, self.settings.get("result"))
 
     def plan(self, query: Query) -> dict[str, Any]:
         templates, _ = self._prepare()

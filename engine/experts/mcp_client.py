@@ -29,28 +29,25 @@ from typing import Any
 from ..errors import ExpertFailed, ExpertUnconfigured
 from ..spec import ExpertSpec
 from ..types import Evidence, Query
-from .base import Expert, ExpertEnv
+from .base import ExpertEnv
 from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_each
+from .templated import TemplatedExpert
 
 
-class McpExpert(Expert):
+class McpExpert(TemplatedExpert):
     adapter = "mcp"
 
     def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
         super().__init__(spec, env)
-        self._templates: TemplateSet | None = None
-        self._mapper: ResultMapper | None = None
         self._conn: Any = None
 
-    def _prepare(self) -> tuple[TemplateSet, ResultMapper]:
-        if self._templates is None or self._mapper is None:
-            if not self.settings.get("tool"):
-                raise ExpertUnconfigured("settings.tool is required", expert=self.name)
-            if bool(self.settings.get("command")) == bool(self.settings.get("url")):
-                raise ExpertUnconfigured("set exactly one of settings.command or settings.url", expert=self.name)
-            self._templates = TemplateSet(self.name, self.settings.get("arguments", {}), "arguments")
-            self._mapper = ResultMapper(self.name, self.settings.get("result"))
-        return self._templates, self._mapper
+    def _build(self) -> tuple[TemplateSet, ResultMapper]:
+        if not self.settings.get("tool"):
+            raise ExpertUnconfigured("settings.tool is required", expert=self.name)
+        if bool(self.settings.get("command")) == bool(self.settings.get("url")):
+            raise ExpertUnconfigured("set exactly one of settings.command or settings.url", expert=self.name)
+        return (TemplateSet(self.name, self.settings.get("arguments", {}), "arguments"),
+                ResultMapper(self.name, self.settings.get("result")))
 
     def plan(self, query: Query) -> dict[str, Any]:
         templates, _ = self._prepare()
