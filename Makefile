@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= where is the receipt signature verified
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install clean
 
 $(BIN)/engine: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,7 +27,12 @@ tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
 	npm ci --silent --no-audit --no-fund --prefix tests/fixtures/node
 	@touch $@
 
-test: install tests/fixtures/node/node_modules
+lint: install
+	$(BIN)/ruff check engine tests benchmarks scripts
+	$(BIN)/ruff format --check engine tests benchmarks scripts
+	$(BIN)/mypy
+
+test: install tests/fixtures/node/node_modules lint
 	$(BIN)/python -m pytest
 
 clean:

@@ -27,10 +27,13 @@ def load(suite: Path, snapshot: str) -> tuple[dict[str, str], list[tuple[str, st
             d = json.loads(line)
             if d["metadata"]["snapshot"] == snapshot:
                 docs[d["_id"]] = d["title"] + "\n" + d["text"]
-    queries = [(q["_id"], q["text"]) for q in map(json.loads, open(suite / "queries.jsonl"))
-               if q["metadata"]["snapshot"] == snapshot]
+    queries = [
+        (q["_id"], q["text"])
+        for q in map(json.loads, (suite / "queries.jsonl").read_text().splitlines())
+        if q["metadata"]["snapshot"] == snapshot
+    ]
     gold = {}
-    for line in open(suite / "qrels" / "test.tsv").read().splitlines()[1:]:
+    for line in (suite / "qrels" / "test.tsv").read_text().splitlines()[1:]:
         qid, did, _ = line.split("\t")
         gold[qid] = did
     return docs, queries, gold
@@ -38,8 +41,9 @@ def load(suite: Path, snapshot: str) -> tuple[dict[str, str], list[tuple[str, st
 
 def metrics(ranked: dict[str, list[str]], gold: dict[str, str]) -> tuple[float, float]:
     acc5 = statistics.mean(gold[q] in r[:5] for q, r in ranked.items())
-    mrr = statistics.mean(next((1 / (i + 1) for i, d in enumerate(r[:10]) if d == gold[q]), 0.0)
-                          for q, r in ranked.items())
+    mrr = statistics.mean(
+        next((1 / (i + 1) for i, d in enumerate(r[:10]) if d == gold[q]), 0.0) for q, r in ranked.items()
+    )
     return acc5, mrr
 
 
@@ -59,7 +63,7 @@ def main() -> None:
     schema = sb.build()
     index = tantivy.Index(schema, path=tempfile.mkdtemp())
     w = index.writer(heap_size=200_000_000, num_threads=1)
-    for i, toks in zip(ids, tokens):
+    for i, toks in zip(ids, tokens, strict=False):
         w.add_document(tantivy.Document(id=i, body=" ".join(toks)))
     w.commit()
     w.wait_merging_threads()
@@ -70,12 +74,16 @@ def main() -> None:
     for qid, text in queries:
         qt = sorted(set(code_tokens(text, stop_words=True)))[:96]
         t = time.perf_counter()
-        q = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, "body", x)) for x in qt])
+        q = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "body", x)) for x in qt]
+        )
         hits = searcher.search(q, 10).hits
         lat.append((time.perf_counter() - t) * 1000)
         ranked[qid] = [searcher.doc(a)["id"][0] for _, a in hits]
-    print(f"tantivy  build {build_t:.2f}s  query p50 {statistics.median(lat):.2f} ms  "
-          f"Acc@5 {metrics(ranked, gold)[0]:.3f} MRR@10 {metrics(ranked, gold)[1]:.3f}")
+    print(
+        f"tantivy  build {build_t:.2f}s  query p50 {statistics.median(lat):.2f} ms  "
+        f"Acc@5 {metrics(ranked, gold)[0]:.3f} MRR@10 {metrics(ranked, gold)[1]:.3f}"
+    )
 
     import bm25s
 
@@ -90,8 +98,10 @@ def main() -> None:
         res, _ = retriever.retrieve([qt], k=10, show_progress=False)
         lat.append((time.perf_counter() - t) * 1000)
         ranked[qid] = [ids[j] for j in res[0]]
-    print(f"bm25s    build {build_t:.2f}s  query p50 {statistics.median(lat):.2f} ms  "
-          f"Acc@5 {metrics(ranked, gold)[0]:.3f} MRR@10 {metrics(ranked, gold)[1]:.3f}")
+    print(
+        f"bm25s    build {build_t:.2f}s  query p50 {statistics.median(lat):.2f} ms  "
+        f"Acc@5 {metrics(ranked, gold)[0]:.3f} MRR@10 {metrics(ranked, gold)[1]:.3f}"
+    )
 
 
 if __name__ == "__main__":

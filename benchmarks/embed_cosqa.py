@@ -25,7 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
 
 from engine.embedding import DEFAULT_MODEL, MODELS, Embedder  # noqa: E402
 from engine.vectors import VectorStore  # noqa: E402
@@ -89,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     corpus = read_jsonl(args.data / "corpus.jsonl")
-    queries = [q for q in read_jsonl(args.data / "queries.jsonl") if (q.get("metadata") or {}).get("split") == args.split]
+    queries = [
+        q for q in read_jsonl(args.data / "queries.jsonl") if (q.get("metadata") or {}).get("split") == args.split
+    ]
     qrels = read_qrels(args.data / "qrels" / f"{args.split}.tsv")
     doc_ids = [d["_id"] for d in corpus]
     doc_texts = [(d.get("title") + "\n" + d["text"]) if d.get("title") else d["text"] for d in corpus]
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     store.add(doc_ids, doc_vecs)
     run = {}
     search_ms = []
-    for q, v in zip(queries, q_vecs):
+    for q, v in zip(queries, q_vecs, strict=False):
         t = time.perf_counter()
         run[q["_id"]] = [d for d, _ in store.search(v, 10)]
         search_ms.append((time.perf_counter() - t) * 1000)

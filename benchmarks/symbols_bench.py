@@ -38,11 +38,22 @@ def pct(values: list[float], q: float) -> float:
 
 def sample_names(db: Path, n: int, kinds: tuple[str, ...], seed: int = 7) -> list[str]:
     conn = sqlite3.connect(db)
-    rows = conn.execute(f"SELECT DISTINCT name FROM tags WHERE role='definition' AND kind IN "
-                        f"({','.join('?' * len(kinds))}) AND length(name) > 3 ORDER BY name", kinds).fetchall()
+    rows = conn.execute(
+        f"SELECT DISTINCT name FROM tags WHERE role='definition' AND kind IN "
+        f"({','.join('?' * len(kinds))}) AND length(name) > 3 ORDER BY name",
+        kinds,
+    ).fetchall()
     counts = conn.execute("SELECT role, count(*) FROM tags GROUP BY role").fetchall()
-    print(json.dumps({"index": str(db), "tags": dict(counts), "distinct_names": len(rows),
-                      "size_mb": round(db.stat().st_size / 1e6, 1)}))
+    print(
+        json.dumps(
+            {
+                "index": str(db),
+                "tags": dict(counts),
+                "distinct_names": len(rows),
+                "size_mb": round(db.stat().st_size / 1e6, 1),
+            }
+        )
+    )
     random.Random(seed).shuffle(rows)
     return [r[0] for r in rows[:n]]
 
@@ -57,16 +68,24 @@ def timed(workspace: Workspace, name: str, questions: list[str], limit: int = 30
         nonlocal hits
         for q in questions:
             c = classify(q, 0.5)
-            query = Query(question=q, klass=c.klass, features=c.features, scope=Scope(),
-                          projects=workspace.projects, limit=limit)
+            query = Query(
+                question=q, klass=c.klass, features=c.features, scope=Scope(), projects=workspace.projects, limit=limit
+            )
             started = time.perf_counter()
             items = await expert.search(query, expert.plan(query))
             lat.append((time.perf_counter() - started) * 1000)
             hits += bool(items)
 
     anyio.run(go)
-    return {"expert": name, "queries": len(questions), "with_results": hits, "first_ms": round(lat[0], 2),
-            "p50_ms": pct(lat, 0.5), "p95_ms": pct(lat, 0.95), "max_ms": round(max(lat), 2)}
+    return {
+        "expert": name,
+        "queries": len(questions),
+        "with_results": hits,
+        "first_ms": round(lat[0], 2),
+        "p50_ms": pct(lat, 0.5),
+        "p95_ms": pct(lat, 0.95),
+        "max_ms": round(max(lat), 2),
+    }
 
 
 def main() -> None:
@@ -82,16 +101,23 @@ def main() -> None:
             for r in index_workspace(ws, cfg, only=[name], progress=False):
                 print(json.dumps(r.to_dict()))
         index_dir = Path(data) / "index"
-        names = sample_names(index_dir / "symbols" / "symbols.sqlite3", args.queries,
-                             ("class", "function", "method", "interface", "struct"))
+        names = sample_names(
+            index_dir / "symbols" / "symbols.sqlite3",
+            args.queries,
+            ("class", "function", "method", "interface", "struct"),
+        )
         classes = sample_names(index_dir / "symbols" / "symbols.sqlite3", args.queries, ("class",))
-        for mode, qs in (("definitions", [f"where is {n} defined" for n in names]),
-                         ("references", [f"who calls {n}" for n in names]),
-                         ("subclasses", [f"what subclasses {n}" for n in classes])):
+        for mode, qs in (
+            ("definitions", [f"where is {n} defined" for n in names]),
+            ("references", [f"who calls {n}" for n in names]),
+            ("subclasses", [f"what subclasses {n}" for n in classes]),
+        ):
             print(json.dumps({"mode": mode, **timed(ws, "symbols", qs)}))
         py = sample_names(index_dir / "typed" / "symbols.sqlite3", args.typed_queries, ("class", "function"))
-        for mode, qs in (("definitions", [f"where is {n} defined" for n in py]),
-                         ("references", [f"who calls {n}" for n in py])):
+        for mode, qs in (
+            ("definitions", [f"where is {n} defined" for n in py]),
+            ("references", [f"who calls {n}" for n in py]),
+        ):
             print(json.dumps({"mode": mode, **timed(ws, "typed", qs)}))
         print(json.dumps({"mode": "docs", **timed(ws, "docs", [f"how do I configure {n}" for n in names[:50]])}))
 

@@ -9,27 +9,40 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
-import click
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from .store import Store
 
 from .errors import EngineError, SpecError
 from .render import render
 from .spec import config_dir_for, load_config, load_schema
 from .workspace import Workspace
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Search router: one question in, fused provenanced evidence and a signed receipt out.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Search router: one question in, fused provenanced evidence and a signed receipt out.",
+)
 receipts_app = typer.Typer(no_args_is_help=True, help="List, show and verify stored receipts.")
 app.add_typer(receipts_app, name="receipts")
 
-WorkspaceOpt = Annotated[Optional[list[Path]], typer.Option("--workspace", "-w",
-                         help="Workspace folder (repeatable). Default: current directory.")]
-ConfigDirOpt = Annotated[Optional[Path], typer.Option("--config-dir",
-                         help="Folder holding experts.yaml, priors.yaml and pipelines/ (default: beside the pipeline file's pipelines/ folder).")]
+WorkspaceOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--workspace", "-w", help="Workspace folder (repeatable). Default: current directory."),
+]
+ConfigDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config-dir",
+        help="Folder holding experts.yaml, priors.yaml and pipelines/ "
+        "(default: beside the pipeline file's pipelines/ folder).",
+    ),
+]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="json | markdown | toon")]
 
 
@@ -58,31 +71,47 @@ def run(
     question: Annotated[str, typer.Option("--question", "-q", help="The question, in plain words.")],
     workspace: WorkspaceOpt = None,
     config_dir: ConfigDirOpt = None,
-    intent: Annotated[Optional[str], typer.Option(help="conceptual|identifier|typed-symbol|cross-repo-impact|docs|history|unknown")] = None,
-    scope_project: Annotated[Optional[str], typer.Option("--scope-project")] = None,
-    scope_group: Annotated[Optional[str], typer.Option("--scope-group")] = None,
-    scope_path: Annotated[Optional[str], typer.Option("--scope-path")] = None,
-    scope_language: Annotated[Optional[str], typer.Option("--scope-language")] = None,
-    budget_ms: Annotated[Optional[int], typer.Option("--budget-ms")] = None,
-    max_experts: Annotated[Optional[int], typer.Option("--max-experts")] = None,
-    min_precision_class: Annotated[Optional[str], typer.Option("--min-precision-class")] = None,
+    intent: Annotated[
+        str | None, typer.Option(help="conceptual|identifier|typed-symbol|cross-repo-impact|docs|history|unknown")
+    ] = None,
+    scope_project: Annotated[str | None, typer.Option("--scope-project")] = None,
+    scope_group: Annotated[str | None, typer.Option("--scope-group")] = None,
+    scope_path: Annotated[str | None, typer.Option("--scope-path")] = None,
+    scope_language: Annotated[str | None, typer.Option("--scope-language")] = None,
+    budget_ms: Annotated[int | None, typer.Option("--budget-ms")] = None,
+    max_experts: Annotated[int | None, typer.Option("--max-experts")] = None,
+    min_precision_class: Annotated[str | None, typer.Option("--min-precision-class")] = None,
     mode: Annotated[str, typer.Option(help="fused | separate")] = "fused",
     limit: Annotated[int, typer.Option(help="Number of items")] = 10,
     fmt: FormatOpt = "markdown",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read the answer cache.")] = False,
-    session_id: Annotated[Optional[str], typer.Option("--session-id")] = None,
+    session_id: Annotated[str | None, typer.Option("--session-id")] = None,
 ) -> None:
     """Answer one question with a pipeline; prints the answer and its signed receipt."""
     from .runtime import Router
 
-    request: dict[str, Any] = {"question": question, "mode": mode, "limit": limit, "format": fmt,
-                               "no_cache": no_cache}
+    request: dict[str, Any] = {"question": question, "mode": mode, "limit": limit, "format": fmt, "no_cache": no_cache}
     if intent:
         request["intent"] = intent
-    scope = {k: v for k, v in {"project": scope_project, "group": scope_group, "path": scope_path,
-                                "language": scope_language}.items() if v is not None}
-    budget = {k: v for k, v in {"latency_ms": budget_ms, "max_experts": max_experts,
-                                 "min_precision_class": min_precision_class}.items() if v is not None}
+    scope = {
+        k: v
+        for k, v in {
+            "project": scope_project,
+            "group": scope_group,
+            "path": scope_path,
+            "language": scope_language,
+        }.items()
+        if v is not None
+    }
+    budget = {
+        k: v
+        for k, v in {
+            "latency_ms": budget_ms,
+            "max_experts": max_experts,
+            "min_precision_class": min_precision_class,
+        }.items()
+        if v is not None
+    }
     if scope:
         request["scope"] = scope
     if budget:
@@ -110,7 +139,7 @@ def run(
 def index(
     workspace: WorkspaceOpt = None,
     config_dir: ConfigDirOpt = None,
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Index only these experts.")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Index only these experts.")] = None,
     fmt: FormatOpt = "table",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
@@ -122,15 +151,17 @@ def index(
         ws = _workspace(workspace)
         cfg = load_config(config_dir or _default_config_dir())
         if watch_:
+
             def report(rs: list[Any]) -> None:
                 typer.echo(" ".join(f"{r.name}:+{r.added}/-{r.removed}" for r in rs if r.added or r.removed))
 
             try:
-                watch(ws, lambda: load_config(config_dir or _default_config_dir()), interval_s=interval,
-                      on_change=report)
+                watch(
+                    ws, lambda: load_config(config_dir or _default_config_dir()), interval_s=interval, on_change=report
+                )
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=not fmt == "json")
+        reports = index_workspace(ws, cfg, only=only, progress=fmt != "json")
     except EngineError as exc:
         _fail(exc)
         return
@@ -139,8 +170,10 @@ def index(
     else:
         for r in reports:
             d = r.to_dict()
-            typer.echo(f"{d['index']:<10} +{d['added_or_changed']} -{d['removed']} ={d['unchanged']} "
-                       f"units={d['units']} {d['seconds']}s")
+            typer.echo(
+                f"{d['index']:<10} +{d['added_or_changed']} -{d['removed']} ={d['unchanged']} "
+                f"units={d['units']} {d['seconds']}s"
+            )
 
 
 @app.command()
@@ -150,15 +183,23 @@ def serve(
     transport: Annotated[str, typer.Option(help="stdio | http (streamable HTTP at /mcp)")] = "stdio",
     host: Annotated[str, typer.Option(help="HTTP bind address; anything but loopback requires --token")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port")] = 8765,
-    token: Annotated[Optional[str], typer.Option(envvar="ENGINE_MCP_TOKEN",
-                     help="HTTP: every request must carry 'Authorization: Bearer TOKEN'")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="ENGINE_MCP_TOKEN", help="HTTP: every request must carry 'Authorization: Bearer TOKEN'"),
+    ] = None,
 ) -> None:
     """Serve every pipeline as an MCP tool (plus feedback and receipt); see docs/serve.md."""
     from .serve import serve as run_server
 
     try:
-        run_server((config_dir or _default_config_dir()).resolve(), _workspace(workspace), transport=transport,
-                   host=host, port=port, token=token)
+        run_server(
+            (config_dir or _default_config_dir()).resolve(),
+            _workspace(workspace),
+            transport=transport,
+            host=host,
+            port=port,
+            token=token,
+        )
     except EngineError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -178,12 +219,14 @@ def validate(config_dir: ConfigDirOpt = None) -> None:
     except EngineError as exc:
         _fail(exc)
         return
-    for name, spec in sorted(cfg.pipelines.items()):
+    for _name, spec in sorted(cfg.pipelines.items()):
         typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec, rules_fingerprint())}")
 
 
 @app.command()
-def schema(which: Annotated[str, typer.Argument(help="request | response | receipt | experts | priors | pipeline")]) -> None:
+def schema(
+    which: Annotated[str, typer.Argument(help="request | response | receipt | experts | priors | pipeline")],
+) -> None:
     """Print one of the JSON Schemas every request, answer, receipt and config file validates against."""
     try:
         typer.echo(json.dumps(load_schema(which), indent=2, ensure_ascii=False))
@@ -225,9 +268,11 @@ def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt:
 
 @app.command()
 def tune(
-    metrics: Annotated[list[Path], typer.Argument(help="metrics.json files from `engine eval` with single-expert arms")],
+    metrics: Annotated[
+        list[Path], typer.Argument(help="metrics.json files from `engine eval` with single-expert arms")
+    ],
     config_dir: ConfigDirOpt = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
     metric: Annotated[str, typer.Option(help="Metric to weigh experts by")] = "ndcg@10",
     min_queries: Annotated[int, typer.Option(help="Classes with fewer queries are left alone")] = 20,
     fmt: FormatOpt = "text",
@@ -244,11 +289,13 @@ def tune(
         typer.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        typer.echo(f"{r['class']:<18} {r['expert']:<10} {str(r['old']):>5} → {str(r['new']):>5}   "
-                   f"({metric} ratio {r['ratio']}, {r['queries']} queries)")
+        typer.echo(
+            f"{r['class']:<18} {r['expert']:<10} {r['old']!s:>5} → {r['new']!s:>5}   "
+            f"({metric} ratio {r['ratio']}, {r['queries']} queries)"
+        )
 
 
-def _store(workspace: list[Path] | None):  # noqa: ANN202 - avoids importing duckdb for every command
+def _store(workspace: list[Path] | None) -> Store:  # noqa: ANN202 - avoids importing duckdb for every command
     from .store import Store
 
     return Store(_workspace(workspace).data_dir)
@@ -259,13 +306,15 @@ def receipts_list(workspace: WorkspaceOpt = None, limit: int = 20, fmt: FormatOp
     """Newest receipts first."""
     rows = _store(workspace).query(
         "SELECT receipt_id, created_at, pipeline, class, status, result_count FROM receipts "
-        "ORDER BY created_at DESC, receipt_id LIMIT ?", [limit])
+        "ORDER BY created_at DESC, receipt_id LIMIT ?",
+        [limit],
+    )
     if fmt == "json":
         keys = ("receipt_id", "created_at", "pipeline", "class", "status", "result_count")
-        typer.echo(json.dumps([dict(zip(keys, r)) for r in rows], indent=2))
+        typer.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
         return
     for r in rows:
-        typer.echo(f"{r[0]}  {r[1]}  {r[2]:<28} {str(r[3]):<18} {r[4]:<16} {r[5]}")
+        typer.echo(f"{r[0]}  {r[1]}  {r[2]:<28} {r[3]!s:<18} {r[4]:<16} {r[5]}")
 
 
 @receipts_app.command("show")
@@ -279,8 +328,7 @@ def receipts_show(receipt_id: str, workspace: WorkspaceOpt = None) -> None:
 
 
 @receipts_app.command("verify")
-def receipts_verify(workspace: WorkspaceOpt = None, receipt_id: Annotated[Optional[str], typer.Argument()] = None
-                    ) -> None:
+def receipts_verify(workspace: WorkspaceOpt = None, receipt_id: Annotated[str | None, typer.Argument()] = None) -> None:
     """Recompute every stored receipt's signature (or one). Exit 1 if any fails."""
     from .receipts import verify
 
@@ -302,14 +350,17 @@ class _EvalGroup(TyperGroup):
     parses a group's own arguments before its subcommand name, so a first word that is not a
     subcommand is routed to the ``run`` subcommand instead (``engine eval run SUITE`` works too)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: click's Context (typer vendors click)
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
 
-eval_app = typer.Typer(cls=_EvalGroup, no_args_is_help=True,
-                       help="Evaluate the router on a BEIR suite (`engine eval SUITE`) or compare two runs.")
+eval_app = typer.Typer(
+    cls=_EvalGroup,
+    no_args_is_help=True,
+    help="Evaluate the router on a BEIR suite (`engine eval SUITE`) or compare two runs.",
+)
 app.add_typer(eval_app, name="eval")
 ReportFmt = Annotated[str, typer.Option("--format", "-f", help="markdown (table) | json")]
 
@@ -318,19 +369,34 @@ ReportFmt = Annotated[str, typer.Option("--format", "-f", help="markdown (table)
 def eval_run(
     suite: Annotated[Path, typer.Argument(help="Suite folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")],
     split: Annotated[str, typer.Option(help="qrels split")] = "test",
-    arms: Annotated[Optional[str], typer.Option(help="Comma list: router, any expert id, bm25-peer. "
-                                                     "Default: router, each expert it can select, bm25-peer.")] = None,
-    limit_queries: Annotated[Optional[int], typer.Option("--limit-queries", help="First N queries only")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma list: router, any expert id, bm25-peer. Default: router, each expert it can select, bm25-peer."
+        ),
+    ] = None,
+    limit_queries: Annotated[int | None, typer.Option("--limit-queries", help="First N queries only")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
     config_dir: ConfigDirOpt = None,
     pipeline: Annotated[str, typer.Option(help="Pipeline name or file")] = "router",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Eval home: snapshots, arm configs, "
-                         "store (default $ENGINE_EVAL_HOME or ~/.cache/engine-eval)")] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="Eval home: snapshots, arm configs, store (default $ENGINE_EVAL_HOME or ~/.cache/engine-eval)",
+        ),
+    ] = None,
     doc_ext: Annotated[str, typer.Option("--doc-ext", help="Extension for docs that name no file path")] = ".py",
-    intent_from_class: Annotated[bool, typer.Option("--intent-from-class",
-                                                    help="Pass each query's gold class as the request intent")] = False,
-    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="One untimed question per snapshot and "
-                                         "arm first (Router start-up is not a per-question cost)")] = True,
+    intent_from_class: Annotated[
+        bool, typer.Option("--intent-from-class", help="Pass each query's gold class as the request intent")
+    ] = False,
+    warmup: Annotated[
+        bool,
+        typer.Option(
+            "--warmup/--no-warmup",
+            help="One untimed question per snapshot and arm first (Router start-up is not a per-question cost)",
+        ),
+    ] = True,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
     fmt: ReportFmt = "markdown",
 ) -> None:
@@ -339,10 +405,20 @@ def eval_run(
     from .evaluation.runner import EvalOptions, run_eval
     from .evaluation.suite import SuiteError
 
-    opts = EvalOptions(suite=suite, config_dir=config_dir or _default_config_dir(), split=split,
-                       arms=arms.split(",") if arms else None, limit_queries=limit_queries, out=out, home=cache_dir,
-                       pipeline=pipeline, doc_ext=doc_ext, intent_from_class=intent_from_class, warmup=warmup,
-                       progress=progress)
+    opts = EvalOptions(
+        suite=suite,
+        config_dir=config_dir or _default_config_dir(),
+        split=split,
+        arms=arms.split(",") if arms else None,
+        limit_queries=limit_queries,
+        out=out,
+        home=cache_dir,
+        pipeline=pipeline,
+        doc_ext=doc_ext,
+        intent_from_class=intent_from_class,
+        warmup=warmup,
+        progress=progress,
+    )
     try:
         run_dir, metrics = write_run(run_eval(opts))
     except EngineError as exc:
@@ -362,8 +438,9 @@ def eval_run(
 def eval_compare(
     base: Annotated[Path, typer.Argument(help="metrics.json or run folder of the baseline")],
     new: Annotated[Path, typer.Argument(help="metrics.json or run folder of the candidate")],
-    latency_floor_ms: Annotated[float, typer.Option("--latency-floor-ms",
-                                help="Latency rises smaller than this never count (noise)")] = 5.0,
+    latency_floor_ms: Annotated[
+        float, typer.Option("--latency-floor-ms", help="Latency rises smaller than this never count (noise)")
+    ] = 5.0,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Exit 1 when NEW regresses BASE (p95 +10 %, p99 +20 %, nDCG@10 or selection F1 -0.05 in any class,
@@ -377,8 +454,9 @@ def eval_compare(
         raise typer.Exit(2) from None
     bad = [c for c in checks if c.regression]
     if fmt == "json":
-        typer.echo(json.dumps({"regressions": len(bad), "warnings": warnings,
-                               "checks": [vars(c) for c in checks]}, indent=1))
+        typer.echo(
+            json.dumps({"regressions": len(bad), "warnings": warnings, "checks": [vars(c) for c in checks]}, indent=1)
+        )
     else:
         for w in warnings:
             typer.echo(f"warning: {w}")
@@ -392,22 +470,39 @@ def eval_compare(
 def bench(
     workspace: WorkspaceOpt = None,
     config_dir: ConfigDirOpt = None,
-    questions: Annotated[Optional[Path], typer.Option(help="One question per line (or JSON lines)")] = None,
+    questions: Annotated[Path | None, typer.Option(help="One question per line (or JSON lines)")] = None,
     n_questions: Annotated[int, typer.Option("--n-questions", help="Generated questions when no file")] = 30,
     rounds: Annotated[int, typer.Option(help="Measured passes over the questions")] = 3,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Index/store here (default: a fresh "
-                        "temporary dir, so the cold index build is measured and your index is untouched)")] = None,
-    freshness: Annotated[bool, typer.Option("--freshness/--no-freshness",
-                         help="Save a probe file in the workspace to time save-to-searchable")] = True,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Index/store here (default: a fresh "
+            "temporary dir, so the cold index build is measured and your index is untouched)",
+        ),
+    ] = None,
+    freshness: Annotated[
+        bool,
+        typer.Option(
+            "--freshness/--no-freshness", help="Save a probe file in the workspace to time save-to-searchable"
+        ),
+    ] = True,
     fmt: ReportFmt = "markdown",
 ) -> None:
     """Router overhead, per-expert latency, warm end-to-end latency, index throughput, save-to-searchable
     time and peak RSS on one workspace."""
     from .evaluation.bench import BenchOptions, bench_table, run_bench
 
-    opts = BenchOptions(workspaces=workspace or [Path.cwd()], config_dir=config_dir or _default_config_dir(),
-                        questions_file=questions, n_questions=n_questions, rounds=rounds, data_dir=data_dir,
-                        freshness=freshness, progress=fmt != "json")
+    opts = BenchOptions(
+        workspaces=workspace or [Path.cwd()],
+        config_dir=config_dir or _default_config_dir(),
+        questions_file=questions,
+        n_questions=n_questions,
+        rounds=rounds,
+        data_dir=data_dir,
+        freshness=freshness,
+        progress=fmt != "json",
+    )
     try:
         result = run_bench(opts)
     except EngineError as exc:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import SpecError
 from .nodes.classify import rules_fingerprint
@@ -31,11 +32,14 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
     fo, fn = _flatten(old), _flatten(new)
-    return [{"field": k, "old": fo.get(k), "new": fn.get(k)} for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)]
+    return [
+        {"field": k, "old": fo.get(k), "new": fn.get(k)} for k in sorted(set(fo) | set(fn)) if fo.get(k) != fn.get(k)
+    ]
 
 
 def _materialize_revision(repo: Path, rev: str, dest: Path) -> Path:
     """Write the config files of ``rev`` (relative to the repo root) into ``dest``."""
+
     def git(*args: str) -> str:
         res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
         if res.returncode != 0:
@@ -44,12 +48,15 @@ def _materialize_revision(repo: Path, rev: str, dest: Path) -> Path:
 
     prefix = git("rev-parse", "--show-prefix").strip()
     names = [n for n in git("ls-tree", "-r", "--name-only", rev, "--", ".").splitlines()]
-    wanted = [n for n in names if n[len(prefix):] in CONFIG_FILES or
-              (n[len(prefix):].startswith("pipelines/") and n.endswith(".yaml"))]
+    wanted = [
+        n
+        for n in names
+        if n[len(prefix) :] in CONFIG_FILES or (n[len(prefix) :].startswith("pipelines/") and n.endswith(".yaml"))
+    ]
     if not wanted:
         raise SpecError(f"revision {rev!r} has no experts.yaml / priors.yaml / pipelines/ under {repo}")
     for n in wanted:
-        target = dest / n[len(prefix):]
+        target = dest / n[len(prefix) :]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(git("show", f"{rev}:{n}"))
     return dest
@@ -63,8 +70,11 @@ def _load(side: str, repo: Path, tmp: Path) -> ConfigSet:
 
 
 def _pipelines(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
-    out: dict[str, Any] = {"added": sorted(set(b.pipelines) - set(a.pipelines)),
-                           "removed": sorted(set(a.pipelines) - set(b.pipelines)), "changed": {}}
+    out: dict[str, Any] = {
+        "added": sorted(set(b.pipelines) - set(a.pipelines)),
+        "removed": sorted(set(a.pipelines) - set(b.pipelines)),
+        "changed": {},
+    }
     for name in sorted(set(a.pipelines) & set(b.pipelines)):
         pa, pb = a.pipelines[name], b.pipelines[name]
         na = {n.id: {"kind": n.kind, "settings": dict(n.settings)} for n in pa.nodes}
@@ -72,12 +82,14 @@ def _pipelines(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
         ea = {(d, n.id) for n in pa.nodes for d in n.after}
         eb = {(d, n.id) for n in pb.nodes for d in n.after}
         change = {
-            "nodes_added": sorted(set(nb) - set(na)), "nodes_removed": sorted(set(na) - set(nb)),
+            "nodes_added": sorted(set(nb) - set(na)),
+            "nodes_removed": sorted(set(na) - set(nb)),
             "nodes_changed": {i: _changes(na[i], nb[i]) for i in sorted(set(na) & set(nb)) if na[i] != nb[i]},
             "edges_added": [f"{x} → {y}" for x, y in sorted(eb - ea)],
             "edges_removed": [f"{x} → {y}" for x, y in sorted(ea - eb)],
-            "fields": _changes({k: v for k, v in pa.raw.items() if k != "nodes"},
-                               {k: v for k, v in pb.raw.items() if k != "nodes"}),
+            "fields": _changes(
+                {k: v for k, v in pa.raw.items() if k != "nodes"}, {k: v for k, v in pb.raw.items() if k != "nodes"}
+            ),
         }
         if any(change.values()):
             out["changed"][name] = change
@@ -100,14 +112,22 @@ def diff_configs(a: str, b: str, repo: Path = Path(".")) -> dict[str, Any]:
         ea, eb = ca.raw_experts["experts"], cb.raw_experts["experts"]
         names = sorted(set(ca.pipelines) | set(cb.pipelines))
         return {
-            "a": a, "b": b,
-            "config_version": {n: {"a": ca.config_version(ca.pipelines[n], rules) if n in ca.pipelines else None,
-                                   "b": cb.config_version(cb.pipelines[n], rules) if n in cb.pipelines else None}
-                               for n in names},
+            "a": a,
+            "b": b,
+            "config_version": {
+                n: {
+                    "a": ca.config_version(ca.pipelines[n], rules) if n in ca.pipelines else None,
+                    "b": cb.config_version(cb.pipelines[n], rules) if n in cb.pipelines else None,
+                }
+                for n in names
+            },
             "priors": priors,
             "priors_other": _changes(other, other_b),
-            "experts": {"added": sorted(set(eb) - set(ea)), "removed": sorted(set(ea) - set(eb)),
-                        "changed": {e: _changes(ea[e], eb[e]) for e in sorted(set(ea) & set(eb)) if ea[e] != eb[e]}},
+            "experts": {
+                "added": sorted(set(eb) - set(ea)),
+                "removed": sorted(set(ea) - set(eb)),
+                "changed": {e: _changes(ea[e], eb[e]) for e in sorted(set(ea) & set(eb)) if ea[e] != eb[e]},
+            },
             "pipelines": _pipelines(ca, cb),
         }
 

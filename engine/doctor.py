@@ -28,12 +28,21 @@ def _check(name: str, fn: Any) -> dict[str, Any]:
 
 def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
     out = [
-        _check("ripgrep", lambda: subprocess.run([rg_binary(), "--version"], capture_output=True, text=True,
-                                                 check=True).stdout.splitlines()[0]),
+        _check(
+            "ripgrep",
+            lambda: subprocess.run(
+                [rg_binary(), "--version"], capture_output=True, text=True, check=True
+            ).stdout.splitlines()[0],
+        ),
         _check("git", lambda: shutil.which("git") or (_ for _ in ()).throw(OSError("git not on PATH"))),
         _check("projects", lambda: [f"{p.name}{' (git)' if p.is_git else ''}" for p in ws.projects]),
-        _check("data dir writable", lambda: os.access(ws.data_dir.parent, os.W_OK) and str(ws.data_dir)
-               or (_ for _ in ()).throw(OSError(f"cannot write {ws.data_dir}"))),
+        _check(
+            "data dir writable",
+            lambda: (
+                (os.access(ws.data_dir.parent, os.W_OK) and str(ws.data_dir))
+                or (_ for _ in ()).throw(OSError(f"cannot write {ws.data_dir}"))
+            ),
+        ),
         _check("signing key", lambda: load_or_create_key(ws.data_dir).verify_key.encode().hex()),
         _check("store", lambda: f"{Store(ws.data_dir).query('SELECT count(*) FROM receipts')[0][0]} receipts"),
     ]

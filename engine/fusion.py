@@ -12,8 +12,9 @@ matching line, BM25's chunk and a symbol's definition around it corroborate one 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .types import Evidence, canonical_json, sha256_hex
 
@@ -37,7 +38,7 @@ class Cluster:
 
     @property
     def rep_identity(self) -> str:
-        first = next(iter(self.best.values()))[1]["evidence"]
+        first: Evidence = next(iter(self.best.values()))[1]["evidence"]
         return first.identity()
 
 
@@ -74,7 +75,7 @@ def tier_and_nuance(c: Cluster, classes: Mapping[str, str]) -> tuple[str, str]:
     named = ", ".join(f"{ex} (#{c.best[ex][0]})" for ex in experts)
     if "file-changed-since-indexed" in flags:
         return "stale-index", f"Found by {named}, but the file changed since it was indexed: re-read the lines."
-    typed = [ex for ex, pc in zip(experts, pcs) if pc == "typed"]
+    typed = [ex for ex, pc in zip(experts, pcs, strict=True) if pc == "typed"]
     if len(typed) >= 2:
         return "typed-graph-confirmed", f"{len(typed)} typed analyses agree ({', '.join(typed)})."
     if len(experts) >= 2 and not all(pc in SEMANTIC_CLASSES for pc in pcs):
@@ -92,16 +93,23 @@ def tier_and_nuance(c: Cluster, classes: Mapping[str, str]) -> tuple[str, str]:
 
 
 def item_id(e: Evidence) -> str:
-    return sha256_hex(canonical_json([e.project, e.path, e.start_line, e.end_line, e.symbol or "",
-                                      sha256_hex(e.content)]))[:16]
+    return sha256_hex(
+        canonical_json([e.project, e.path, e.start_line, e.end_line, e.symbol or "", sha256_hex(e.content)])
+    )[:16]
 
 
-def cluster_to_item(c: Cluster, weights: Mapping[str, float], k: int, classes: Mapping[str, str],
-                    snippet_chars: int, file_prior: float) -> dict[str, Any]:
+def cluster_to_item(
+    c: Cluster, weights: Mapping[str, float], k: int, classes: Mapping[str, str], snippet_chars: int, file_prior: float
+) -> dict[str, Any]:
     # the representative is the single strongest contribution; ties → more precise range (shorter)
-    rep_expert = min(c.best, key=lambda ex: (-weights.get(ex, 0.0) / (k + c.best[ex][0]),
-                                              c.best[ex][1]["evidence"].end_line - c.best[ex][1]["evidence"].start_line,
-                                              ex))
+    rep_expert = min(
+        c.best,
+        key=lambda ex: (
+            -weights.get(ex, 0.0) / (k + c.best[ex][0]),
+            c.best[ex][1]["evidence"].end_line - c.best[ex][1]["evidence"].start_line,
+            ex,
+        ),
+    )
     rep_scored = c.best[rep_expert][1]
     e: Evidence = rep_scored["evidence"]
     tier, nuance = tier_and_nuance(c, classes)
@@ -109,22 +117,40 @@ def cluster_to_item(c: Cluster, weights: Mapping[str, float], k: int, classes: M
     content = e.content if len(e.content) <= snippet_chars else e.content[:snippet_chars] + "…"
     if len(e.content) > snippet_chars:
         flags.append("content-truncated")
-    symbol = e.symbol or next((s["evidence"].symbol for _, s in sorted(c.best.values(), key=lambda t: t[0])
-                               if s["evidence"].symbol), None)
-    sources = [{"expert": ex, "rank": c.best[ex][0], "score": round(float(c.best[ex][1]["evidence"].score), 4),
-                "range": {"start_line": c.best[ex][1]["evidence"].start_line,
-                          "end_line": c.best[ex][1]["evidence"].end_line}}
-               for ex in sorted(c.best, key=lambda ex: (c.best[ex][0], ex))]
+    symbol = e.symbol or next(
+        (s["evidence"].symbol for _, s in sorted(c.best.values(), key=lambda t: t[0]) if s["evidence"].symbol), None
+    )
+    sources = [
+        {
+            "expert": ex,
+            "rank": c.best[ex][0],
+            "score": round(float(c.best[ex][1]["evidence"].score), 4),
+            "range": {
+                "start_line": c.best[ex][1]["evidence"].start_line,
+                "end_line": c.best[ex][1]["evidence"].end_line,
+            },
+        }
+        for ex in sorted(c.best, key=lambda ex: (c.best[ex][0], ex))
+    ]
     sub = dict(rep_scored["subscores"])
     sub["rrf"] = round(c.score, 6)
     sub["agreement"] = len(c.best)
     if file_prior != 1.0:
         sub["file_prior"] = file_prior
     item: dict[str, Any] = {
-        "id": item_id(e), "rank": 0, "path": e.path, "project": e.project,
-        "range": {"start_line": e.start_line, "end_line": e.end_line}, "kind": e.kind, "content": content,
-        "sources": sources, "tier": tier, "nuance": nuance, "score": round(c.score * file_prior, 6),
-        "subscores": sub, "flags": flags,
+        "id": item_id(e),
+        "rank": 0,
+        "path": e.path,
+        "project": e.project,
+        "range": {"start_line": e.start_line, "end_line": e.end_line},
+        "kind": e.kind,
+        "content": content,
+        "sources": sources,
+        "tier": tier,
+        "nuance": nuance,
+        "score": round(c.score * file_prior, 6),
+        "subscores": sub,
+        "flags": flags,
     }
     if symbol:
         item["symbol"] = symbol

@@ -36,15 +36,21 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
             raise GraphError(f"duplicate node id {n.id!r}", pipeline=name, node_id=n.id)
         cls = NODE_KINDS.get(n.kind)
         if cls is None:
-            raise GraphError(f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}",
-                             pipeline=name, node_id=n.id)
+            raise GraphError(
+                f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}",
+                pipeline=name,
+                node_id=n.id,
+            )
         nodes[n.id] = cls(n)
         g.add_node(n.id)
     for n in spec.nodes:
         for dep in n.after:
             if dep not in nodes:
-                raise GraphError(f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}",
-                                 pipeline=name, node_id=n.id)
+                raise GraphError(
+                    f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}",
+                    pipeline=name,
+                    node_id=n.id,
+                )
             g.add_edge(dep, n.id)
     if not nx.is_directed_acyclic_graph(g):
         cycle = nx.find_cycle(g)
@@ -53,7 +59,10 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
         upstream_kinds = {nodes[a].kind for a in nx.ancestors(g, node_id)}
         missing = [k for k in node.requires if k not in upstream_kinds]
         if missing and not (node.kind == "classify"):
-            raise GraphError(f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream",
-                             pipeline=name, node_id=node_id)
+            raise GraphError(
+                f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream",
+                pipeline=name,
+                node_id=node_id,
+            )
         node.validate(config, spec)
     return PipelineGraph(spec, g, nodes)

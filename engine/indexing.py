@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .experts import ExpertEnv, adapter_class
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
@@ -34,8 +34,10 @@ class _Bar:
         eta = (total - done) / rate if rate else 0
         width = 30
         fill = int(width * done / total) if total else width
-        sys.stderr.write(f"\r{name:<10} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} files "
-                         f"{rate:,.0f} files/s {units} chunks ETA {eta:,.0f}s ")
+        sys.stderr.write(
+            f"\r{name:<10} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} files "
+            f"{rate:,.0f} files/s {units} chunks ETA {eta:,.0f}s "
+        )
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
@@ -44,15 +46,19 @@ class _Bar:
         self.t0 = time.perf_counter()
 
 
-def index_workspace(ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None,
-                    progress: bool = True) -> list[IndexReport]:
+def index_workspace(
+    ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None, progress: bool = True
+) -> list[IndexReport]:
     env = ExpertEnv(ws)
     wanted = set(only or ())
     reports: list[IndexReport] = []
     with index_lock(ws.data_dir):
         current = scan_workspace(ws)
-        experts = [(name, adapter_class(spec.adapter)(spec, env)) for name, spec in sorted(cfg.experts.items())
-                   if spec.enabled and (not wanted or name in wanted)]
+        experts = [
+            (name, adapter_class(spec.adapter)(spec, env))
+            for name, spec in sorted(cfg.experts.items())
+            if spec.enabled and (not wanted or name in wanted)
+        ]
         # fast indexes first: a slow one (embeddings) must not keep the others stale
         experts.sort(key=lambda ne: (bool(getattr(ne[1], "slow_index", False)), ne[0]))
         for name, expert in experts:
@@ -65,8 +71,14 @@ def index_workspace(ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None
     return reports
 
 
-def watch(ws: Workspace, cfg_loader: Callable[[], ConfigSet], *, interval_s: float = 0.5,
-          on_change: Callable[[list[IndexReport]], None] | None = None, max_rounds: int | None = None) -> None:
+def watch(
+    ws: Workspace,
+    cfg_loader: Callable[[], ConfigSet],
+    *,
+    interval_s: float = 0.5,
+    on_change: Callable[[list[IndexReport]], None] | None = None,
+    max_rounds: int | None = None,
+) -> None:
     """Keep a workspace fresh: re-scan every ``interval_s`` (stat only for unchanged files) and
     re-index what changed. Polling keeps it dependency-free and works on every filesystem."""
     rounds = 0

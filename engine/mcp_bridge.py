@@ -74,8 +74,9 @@ class ToolApp(Protocol):
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply: ...
 
 
-def build_server(name: str, version: str, instructions: str,
-                 open_app: Callable[[], AbstractAsyncContextManager[ToolApp]]) -> Server[Any]:
+def build_server(
+    name: str, version: str, instructions: str, open_app: Callable[[], AbstractAsyncContextManager[ToolApp]]
+) -> Server[Any]:
     """A low-level SDK server whose lifespan opens ``open_app()`` once and serves its tools."""
 
     @asynccontextmanager
@@ -85,9 +86,16 @@ def build_server(name: str, version: str, instructions: str,
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         app: ToolApp = ctx.lifespan_context
-        tools = [types.Tool(name=t.name, title=t.title, description=t.description, input_schema=dict(t.input_schema),
-                            annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False))
-                 for t in await app.list_tools()]
+        tools = [
+            types.Tool(
+                name=t.name,
+                title=t.title,
+                description=t.description,
+                input_schema=dict(t.input_schema),
+                annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
+            )
+            for t in await app.list_tools()
+        ]
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -96,11 +104,20 @@ def build_server(name: str, version: str, instructions: str,
             reply = await app.call_tool(params.name, dict(params.arguments or {}))
         except UnknownTool as exc:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; {exc}") from None
-        return types.CallToolResult(content=[types.TextContent(type="text", text=reply.text)],
-                                    structured_content=reply.structured, is_error=reply.is_error)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=reply.text)],
+            structured_content=reply.structured,
+            is_error=reply.is_error,
+        )
 
-    return Server(name, version=version, instructions=instructions, lifespan=lifespan,
-                  on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    return Server(
+        name,
+        version=version,
+        instructions=instructions,
+        lifespan=lifespan,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
 
 
 async def run_stdio(server: Server[Any]) -> None:
@@ -120,9 +137,17 @@ class BearerAuth:
             got = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
             if not hmac.compare_digest(got, self.expected):
                 body = b'{"error":"unauthorized","message":"missing or wrong bearer token"}'
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                                        (b"content-length", str(len(body)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -137,8 +162,14 @@ def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "
 async def run_http(server: Server[Any], *, host: str, port: int, token: str | None) -> None:
     import uvicorn
 
-    config = uvicorn.Config(http_app(server, host=host, token=token), host=host, port=port, log_level="info",
-                            access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        http_app(server, host=host, token=token),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        lifespan="on",
+    )
     await uvicorn.Server(config).serve()
 
 
@@ -161,9 +192,17 @@ class McpConnection:
     a result that is not a valid MCP result → ``ExpertOutputError``. Deadlines are the caller's.
     """
 
-    def __init__(self, expert: str, *, command: list[str] | None = None, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, url: str | None = None, headers: Mapping[str, str] | None = None,
-                 protocol: str = "auto") -> None:
+    def __init__(
+        self,
+        expert: str,
+        *,
+        command: list[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        protocol: str = "auto",
+    ) -> None:
         if bool(command) == bool(url):
             raise ValueError("exactly one of command or url")
         self.expert = expert
@@ -197,8 +236,9 @@ class McpConnection:
                 # our own daemon thread (not start_blocking_portal's executor in older anyio): a
                 # process that never calls aclose() must still be able to exit
                 ready: Future[anyio.from_thread.BlockingPortal] = Future()
-                thread = threading.Thread(target=anyio.run, args=(self._portal_main, ready), daemon=True,
-                                          name=f"mcp-{self.expert}")
+                thread = threading.Thread(
+                    target=anyio.run, args=(self._portal_main, ready), daemon=True, name=f"mcp-{self.expert}"
+                )
                 thread.start()
                 portal = ready.result(timeout=30)
                 self._root, self._tg = portal.start_task(self._root_task)
@@ -241,8 +281,9 @@ class McpConnection:
             http = httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(30.0, read=300.0))
             return Client(streamable_http_client(self.url, http_client=http), mode=self.protocol)
         assert self.command
-        params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=self.env or None,
-                                       cwd=self.cwd)
+        params = StdioServerParameters(
+            command=self.command[0], args=list(self.command[1:]), env=self.env or None, cwd=self.cwd
+        )
         return Client(params, mode=self.protocol)
 
     async def _own_session(self, *, task_status: Any) -> None:
@@ -268,8 +309,9 @@ class McpConnection:
                 try:
                     self._session = await self._tg.start(self._own_session)
                 except Exception as exc:  # noqa: BLE001 - whatever stops a start: the server is unavailable
-                    raise ExpertUnavailable(f"cannot start or reach the MCP server: {_reason(exc)}",
-                                            expert=self.expert) from None
+                    raise ExpertUnavailable(
+                        f"cannot start or reach the MCP server: {_reason(exc)}", expert=self.expert
+                    ) from None
                 self.starts += 1
             return self._session[0]
 
@@ -285,8 +327,9 @@ class McpConnection:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 self._drop(client)
-                raise ExpertFailed(f"the MCP server closed the connection mid-call: {exc.message}",
-                                   expert=self.expert) from None
+                raise ExpertFailed(
+                    f"the MCP server closed the connection mid-call: {exc.message}", expert=self.expert
+                ) from None
             raise ExpertFailed(f"MCP error {exc.code}: {exc.message}", expert=self.expert) from None
         except pydantic.ValidationError as exc:
             raise ExpertOutputError(f"not a valid tool result: {exc.errors()[:1]}", expert=self.expert) from None

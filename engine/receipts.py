@@ -75,7 +75,7 @@ def signing_bytes(receipt: dict[str, Any]) -> bytes:
 
 def sign(receipt: dict[str, Any], key: SigningKey) -> dict[str, Any]:
     """Return the receipt with ``public_key`` and ``signature`` set."""
-    body = portable({k: v for k, v in receipt.items() if k != "signature"})
+    body: dict[str, Any] = portable({k: v for k, v in receipt.items() if k != "signature"})
     body["public_key"] = key.verify_key.encode().hex()
     body["signature"] = key.sign(signing_bytes(body)).signature.hex()
     return body
@@ -84,8 +84,9 @@ def sign(receipt: dict[str, Any], key: SigningKey) -> dict[str, Any]:
 def verify(receipt: dict[str, Any]) -> bool:
     """True when the receipt's signature verifies under its own public key."""
     try:
-        VerifyKey(bytes.fromhex(receipt["public_key"])).verify(signing_bytes(receipt),
-                                                              bytes.fromhex(receipt["signature"]))
+        VerifyKey(bytes.fromhex(receipt["public_key"])).verify(
+            signing_bytes(receipt), bytes.fromhex(receipt["signature"])
+        )
         return True
     except (KeyError, ValueError, TypeError, BadSignatureError):
         return False

@@ -9,8 +9,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOON_FIELDS = ("rank", "tier", "project", "path", "lines", "kind", "symbol", "sources", "score", "id", "flags",
-               "nuance", "content")
+TOON_FIELDS = (
+    "rank",
+    "tier",
+    "project",
+    "path",
+    "lines",
+    "kind",
+    "symbol",
+    "sources",
+    "score",
+    "id",
+    "flags",
+    "nuance",
+    "content",
+)
 
 
 def _lines(it: dict[str, Any]) -> str:
@@ -29,13 +42,17 @@ def _esc(value: Any) -> str:
 
 
 def receipt_line(receipt: dict[str, Any]) -> str:
-    experts = " ".join(f"{n}:{e['status']}({e['latency_ms']:.0f}ms,{e['result_count']})"
-                       for n, e in receipt.get("per_expert", {}).items())
+    experts = " ".join(
+        f"{n}:{e['status']}({e['latency_ms']:.0f}ms,{e['result_count']})"
+        for n, e in receipt.get("per_expert", {}).items()
+    )
     c = receipt.get("classifier", {})
-    return (f"receipt {receipt['receipt_id']} status={receipt['status']} class={c.get('class')}"
-            f"{'(abstained)' if c.get('abstained') else ''} config={receipt['config_version'][:12]} "
-            f"cache={'hit' if receipt.get('cache', {}).get('hit') else 'miss'} "
-            f"spent={receipt['budget']['spent']['latency_ms']:.0f}ms experts: {experts or '-'}")
+    return (
+        f"receipt {receipt['receipt_id']} status={receipt['status']} class={c.get('class')}"
+        f"{'(abstained)' if c.get('abstained') else ''} config={receipt['config_version'][:12]} "
+        f"cache={'hit' if receipt.get('cache', {}).get('hit') else 'miss'} "
+        f"spent={receipt['budget']['spent']['latency_ms']:.0f}ms experts: {experts or '-'}"
+    )
 
 
 def to_toon(response: dict[str, Any]) -> str:

@@ -9,12 +9,13 @@ out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,9 @@ class _Loaded:
 
 
 class Router:
-    def __init__(self, config_dir: Path, workspace: Workspace, *, arm: str = "router",
-                 store: Store | None = None) -> None:
+    def __init__(
+        self, config_dir: Path, workspace: Workspace, *, arm: str = "router", store: Store | None = None
+    ) -> None:
         """``arm`` labels this router's benchmark events (eval runs one Router per arm); ``store``
         lets several routers (one per eval snapshot) share one store."""
         self.config_dir = config_dir.resolve()
@@ -129,8 +131,11 @@ class Router:
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int], ...]:
-        files = [self.config_dir / "experts.yaml", self.config_dir / "priors.yaml",
-                 *sorted((self.config_dir / "pipelines").glob("*.yaml"))]
+        files = [
+            self.config_dir / "experts.yaml",
+            self.config_dir / "priors.yaml",
+            *sorted((self.config_dir / "pipelines").glob("*.yaml")),
+        ]
         out = []
         for f in files:
             try:
@@ -187,7 +192,7 @@ class Router:
 
     # ------------------------------------------------------------------ the API
     async def run(self, pipeline: str | Path, request: Request | dict[str, Any]) -> RunResult:
-        created_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         started = time.perf_counter()
         spec = self.resolve_pipeline(pipeline)
         cfg = self.config()
@@ -199,8 +204,16 @@ class Router:
             normalize_scope_path(req.scope.path)
         except InvalidRequest as exc:
             return await self._receipted_failure(spec, cfg, version, request, exc, created_at)
-        state = RunState(request=req, config=cfg, pipeline=spec, workspace=self.workspace, config_version=version,
-                         services=self, started=started, created_at=created_at)
+        state = RunState(
+            request=req,
+            config=cfg,
+            pipeline=spec,
+            workspace=self.workspace,
+            config_version=version,
+            services=self,
+            started=started,
+            created_at=created_at,
+        )
         if not req.no_cache and req.mode == "fused":
             key = self._cache_key(version, req)
             state.cache = {"hit": False, "key": key}
@@ -232,12 +245,21 @@ class Router:
         self._queue_after(state, response)
         return RunResult(response, state.error)
 
-    async def _receipted_failure(self, spec: PipelineSpec, cfg: ConfigSet, version: str, raw: Any,
-                                 exc: InvalidRequest, created_at: str) -> RunResult:
+    async def _receipted_failure(
+        self, spec: PipelineSpec, cfg: ConfigSet, version: str, raw: Any, exc: InvalidRequest, created_at: str
+    ) -> RunResult:
         question = raw.get("question") if isinstance(raw, dict) else None
         req = Request(question=question if isinstance(question, str) else "")
-        state = RunState(request=req, config=cfg, pipeline=spec, workspace=self.workspace, config_version=version,
-                         services=self, created_at=created_at, error=exc)
+        state = RunState(
+            request=req,
+            config=cfg,
+            pipeline=spec,
+            workspace=self.workspace,
+            config_version=version,
+            services=self,
+            created_at=created_at,
+            error=exc,
+        )
         state.pipelines_run.append(spec.name)
         write_receipt(state)
         assert state.receipt is not None
@@ -248,10 +270,8 @@ class Router:
         manifests = []
         index_root = self.workspace.data_dir / "index"
         for m in sorted(index_root.glob("*/manifest.json")) if index_root.exists() else []:
-            try:
+            with contextlib.suppress(OSError):
                 manifests.append((m.parent.name, m.stat().st_mtime_ns))
-            except OSError:
-                pass
         return sha256_hex(canonical_json([version, req.hash(), self.workspace.key(), heads, manifests]))
 
     def _queue_after(self, state: RunState, response: dict[str, Any]) -> None:
@@ -262,12 +282,27 @@ class Router:
         receipt = state.receipt or {}
         c = state.classification
         for name, o in sorted(state.outcomes.items()):
-            self._after.append(("tool_benchmark_events", {
-                "event_id": f"{receipt.get('receipt_id')}:{name}", "run_id": receipt.get("receipt_id"),
-                "expert_id": name, "arm": self.arm, "task_class": c.klass if c else None,
-                "question_hash": state.request.hash(), "latency_ms": round(o.latency_ms, 3),
-                "result_count": len(o.items), "precision_class": o.precision_class, "status": o.status, "hit": None,
-                "config_version": state.config_version, "created_at": receipt.get("created_at")}, False))
+            self._after.append(
+                (
+                    "tool_benchmark_events",
+                    {
+                        "event_id": f"{receipt.get('receipt_id')}:{name}",
+                        "run_id": receipt.get("receipt_id"),
+                        "expert_id": name,
+                        "arm": self.arm,
+                        "task_class": c.klass if c else None,
+                        "question_hash": state.request.hash(),
+                        "latency_ms": round(o.latency_ms, 3),
+                        "result_count": len(o.items),
+                        "precision_class": o.precision_class,
+                        "status": o.status,
+                        "hit": None,
+                        "config_version": state.config_version,
+                        "created_at": receipt.get("created_at"),
+                    },
+                    False,
+                )
+            )
         key = state.cache.get("key")
         if key and not state.cache.get("hit") and state.error is None:
             cached = {"items": response["items"], "fusion": state.fusion_info, "confidence": state.confidence}
@@ -275,9 +310,19 @@ class Router:
             self._memo[key] = (expires, {"response": cached, "negative": not response["items"]})
             while len(self._memo) > MEMO_SIZE:
                 self._memo.pop(next(iter(self._memo)))
-            self._after.append(("cache", {"cache_key": key, "created_at": receipt.get("created_at"),
-                                          "expires_at": expires, "negative": not response["items"],
-                                          "response": cached}, False))
+            self._after.append(
+                (
+                    "cache",
+                    {
+                        "cache_key": key,
+                        "created_at": receipt.get("created_at"),
+                        "expires_at": expires,
+                        "negative": not response["items"],
+                        "response": cached,
+                    },
+                    False,
+                )
+            )
 
     def _memo_get(self, key: str) -> dict[str, Any] | None:
         entry = self._memo.get(key)
@@ -315,10 +360,18 @@ def separate_lists(state: RunState) -> dict[str, Any]:
         items = []
         for rank, scored in enumerate(state.scored.get(name, []), start=1):
             e: Evidence = scored["evidence"]
-            it: dict[str, Any] = {"id": item_id(e), "rank": rank, "path": e.path, "project": e.project,
-                                  "range": {"start_line": e.start_line, "end_line": e.end_line}, "kind": e.kind,
-                                  "content": e.content[:snippet], "score": round(float(e.score), 4),
-                                  "subscores": scored["subscores"], "flags": scored["flags"]}
+            it: dict[str, Any] = {
+                "id": item_id(e),
+                "rank": rank,
+                "path": e.path,
+                "project": e.project,
+                "range": {"start_line": e.start_line, "end_line": e.end_line},
+                "kind": e.kind,
+                "content": e.content[:snippet],
+                "score": round(float(e.score), 4),
+                "subscores": scored["subscores"],
+                "flags": scored["flags"],
+            }
             if e.symbol:
                 it["symbol"] = e.symbol
             if e.meta:

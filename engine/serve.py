@@ -29,7 +29,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,17 @@ log = logging.getLogger("engine.serve")
 DEFAULT_FORMAT = "toon"  # measured in docs/serve.md: fewer tokens than json, every field kept
 MAX_RESULT_CHARS = int(os.environ.get("ENGINE_MCP_MAX_CHARS", "80000"))
 RESERVED = ("feedback", "receipt")
-INSTRUCTIONS = ("Search this workspace's code, docs and history. Call `router` with a plain-words question; "
-                "it picks the right search experts, fuses their evidence and returns a signed receipt. "
-                "Class tools (identifier, typed-symbol, ...) skip classification. Report which items helped "
-                "with `feedback`; look a receipt up with `receipt`.")
+INSTRUCTIONS = (
+    "Search this workspace's code, docs and history. Call `router` with a plain-words question; "
+    "it picks the right search experts, fuses their evidence and returns a signed receipt. "
+    "Class tools (identifier, typed-symbol, ...) skip classification. Report which items helped "
+    "with `feedback`; look a receipt up with `receipt`."
+)
 
 FEEDBACK_SCHEMA = {
-    "type": "object", "additionalProperties": False, "required": ["receipt_id", "useful_item_ids"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["receipt_id", "useful_item_ids"],
     "properties": {
         "receipt_id": {"type": "string", "minLength": 1, "maxLength": 200},
         "useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
@@ -62,8 +66,12 @@ FEEDBACK_SCHEMA = {
         "session_id": {"type": "string", "maxLength": 200},
     },
 }
-RECEIPT_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["receipt_id"],
-                  "properties": {"receipt_id": {"type": "string", "minLength": 1, "maxLength": 200}}}
+RECEIPT_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["receipt_id"],
+    "properties": {"receipt_id": {"type": "string", "minLength": 1, "maxLength": 200}},
+}
 
 
 def request_schema() -> dict[str, Any]:
@@ -91,10 +99,15 @@ def fit_answer(response: dict[str, Any], fmt: str, max_chars: int = MAX_RESULT_C
         out = dict(response)
         out["items"] = [it for i, it in enumerate(response.get("items", [])) if (None, i) not in drop]
         if "separate" in response:
-            out["separate"] = {name: {**s, "items": [it for i, it in enumerate(s["items"]) if (name, i) not in drop]}
-                               for name, s in response["separate"].items()}
-        out["truncated"] = {"dropped_items": n, "max_chars": max_chars,
-                            "hint": "lower `limit` or narrow `scope` to see the rest"}
+            out["separate"] = {
+                name: {**s, "items": [it for i, it in enumerate(s["items"]) if (name, i) not in drop]}
+                for name, s in response["separate"].items()
+            }
+        out["truncated"] = {
+            "dropped_items": n,
+            "max_chars": max_chars,
+            "hint": "lower `limit` or narrow `scope` to see the rest",
+        }
         return out
 
     def size(n: int) -> int:
@@ -120,16 +133,19 @@ def _note(response: dict[str, Any], fmt: str) -> str:
     t = response.get("truncated")
     if not t or fmt == "json":  # json carries the `truncated` key itself
         return ""
-    msg = (f"truncated: dropped the {t['dropped_items']} lowest-ranked items to stay under {t['max_chars']} "
-           f"characters; {t['hint']}.")
+    msg = (
+        f"truncated: dropped the {t['dropped_items']} lowest-ranked items to stay under {t['max_chars']} "
+        f"characters; {t['hint']}."
+    )
     return f"#{msg}\n" if fmt == "toon" else f"> **{msg}**\n\n"
 
 
 class RouterTools:
     """The ToolApp served over MCP: pipelines, feedback and receipt, over one Router."""
 
-    def __init__(self, router: Router, *, default_format: str = DEFAULT_FORMAT,
-                 max_chars: int = MAX_RESULT_CHARS) -> None:
+    def __init__(
+        self, router: Router, *, default_format: str = DEFAULT_FORMAT, max_chars: int = MAX_RESULT_CHARS
+    ) -> None:
         self.router = router
         self.default_format = default_format
         self.max_chars = max_chars
@@ -141,10 +157,23 @@ class RouterTools:
         names = sorted(n for n in cfg.pipelines if n not in RESERVED)
         names.sort(key=lambda n: n != "router")  # the entry pipeline first
         tools = [ToolSpec(n, cfg.pipelines[n].description.strip(), schema, title=f"search: {n}") for n in names]
-        tools.append(ToolSpec("feedback", "Record which evidence items of an answer helped (their `id`s) and an "
-                              "optional note. Improves routing over time.", FEEDBACK_SCHEMA, read_only=False))
-        tools.append(ToolSpec("receipt", "Look up a signed receipt by `receipt_id`: which experts ran, why, what "
-                              "they were asked, their status and latency, and the config version.", RECEIPT_SCHEMA))
+        tools.append(
+            ToolSpec(
+                "feedback",
+                "Record which evidence items of an answer helped (their `id`s) and an "
+                "optional note. Improves routing over time.",
+                FEEDBACK_SCHEMA,
+                read_only=False,
+            )
+        )
+        tools.append(
+            ToolSpec(
+                "receipt",
+                "Look up a signed receipt by `receipt_id`: which experts ran, why, what "
+                "they were asked, their status and latency, and the config version.",
+                RECEIPT_SCHEMA,
+            )
+        )
         return tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply:
@@ -173,18 +202,24 @@ class RouterTools:
 
     async def _feedback(self, args: dict[str, Any]) -> ToolReply:
         rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
-        if not isinstance(rid, str) or not rid or not isinstance(ids, list) or \
-                not all(isinstance(i, str) for i in ids):
+        if not isinstance(rid, str) or not rid or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             return _error("invalid_request", "receipt_id (string) and useful_item_ids (list of strings) are required")
         if not await self._receipt_body(rid):
             return _error("not_found", f"no receipt {rid!r}")
-        row = {"feedback_id": uuid.uuid4().hex, "receipt_id": rid, "useful_item_ids": ids,
-               "note": str(args.get("note") or "")[:4000], "session_id": args.get("session_id"),
-               "created_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        row = {
+            "feedback_id": uuid.uuid4().hex,
+            "receipt_id": rid,
+            "useful_item_ids": ids,
+            "note": str(args.get("note") or "")[:4000],
+            "session_id": args.get("session_id"),
+            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
         await anyio.to_thread.run_sync(lambda: self.router.store.append("feedback", row))
         self._dirty.set()
-        return ToolReply(f"feedback {row['feedback_id']} recorded for receipt {rid} ({len(ids)} useful items)",
-                         {"feedback_id": row["feedback_id"], "receipt_id": rid, "useful_item_ids": ids})
+        return ToolReply(
+            f"feedback {row['feedback_id']} recorded for receipt {rid} ({len(ids)} useful items)",
+            {"feedback_id": row["feedback_id"], "receipt_id": rid, "useful_item_ids": ids},
+        )
 
     async def _receipt(self, args: dict[str, Any]) -> ToolReply:
         rid = args.get("receipt_id")
@@ -197,7 +232,8 @@ class RouterTools:
 
     async def _receipt_body(self, rid: str) -> dict[str, Any] | None:
         rows = await anyio.to_thread.run_sync(
-            lambda: self.router.store.query("SELECT body FROM receipts WHERE receipt_id = ?", [rid]))
+            lambda: self.router.store.query("SELECT body FROM receipts WHERE receipt_id = ?", [rid])
+        )
         return json.loads(rows[0][0]) if rows else None
 
     async def flusher(self) -> None:
@@ -215,8 +251,9 @@ def _error(code: str, message: str) -> ToolReply:
     return ToolReply(f"{code}: {message}", {"error": {"error": code, "message": message}}, is_error=True)
 
 
-def make_server(config_dir: Path, workspace: Workspace, *, default_format: str = DEFAULT_FORMAT,
-                max_chars: int = MAX_RESULT_CHARS) -> Any:
+def make_server(
+    config_dir: Path, workspace: Workspace, *, default_format: str = DEFAULT_FORMAT, max_chars: int = MAX_RESULT_CHARS
+) -> Any:
     """The MCP server; its lifespan owns the Router, the flusher task and their shutdown."""
 
     @asynccontextmanager
@@ -248,14 +285,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(config_dir: Path, workspace: Workspace, *, transport: str = "stdio", host: str = "127.0.0.1",
-          port: int = 8765, token: str | None = None) -> None:
+def serve(
+    config_dir: Path,
+    workspace: Workspace,
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+) -> None:
     """Run the server until stdin closes (stdio) or it is interrupted (http)."""
     if transport not in ("stdio", "http"):
         raise SpecError(f"unknown transport {transport!r}; use stdio or http")
     if transport == "http" and not is_loopback(host) and not token:
-        raise SpecError(f"binding {host} (not loopback) requires --token; every request must then carry "
-                        "'Authorization: Bearer <token>'")
+        raise SpecError(
+            f"binding {host} (not loopback) requires --token; every request must then carry "
+            "'Authorization: Bearer <token>'"
+        )
     server = make_server(config_dir, workspace)
     if transport == "stdio":
         anyio.run(run_stdio, server)

@@ -9,11 +9,12 @@ live in :mod:`engine.graph`. This module imports no runtime code.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import jsonschema
 import yaml
@@ -26,7 +27,8 @@ from .types import Budget, Request, Scope, canonical_json, sha256_hex
 def load_schema(name: str) -> dict[str, Any]:
     """One of the JSON Schemas shipped in the package: request, response, receipt, experts, priors, pipeline."""
     text = resources.files("engine.schemas").joinpath(f"{name}.schema.json").read_text("utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 @cache
@@ -67,8 +69,9 @@ def load_yaml(file: Path, schema: str) -> dict[str, Any]:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise SchemaError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(file),
-                          line=mark.line + 1 if mark else None) from None
+        raise SchemaError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(file), line=mark.line + 1 if mark else None
+        ) from None
     if not isinstance(data, dict):
         raise SchemaError("expected a mapping at the top level", file=str(file), line=1)
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
@@ -178,18 +181,29 @@ class ConfigSet:
             for target in node.settings.get("routes", {}).values():
                 if target in self.pipelines:
                     involved[target] = self.pipelines[target].raw
-        return sha256_hex(canonical_json({
-            "pipelines": involved, "experts": self.raw_experts, "priors": self.raw_priors,
-            "classifier": classifier_rules,
-        }))
+        return sha256_hex(
+            canonical_json(
+                {
+                    "pipelines": involved,
+                    "experts": self.raw_experts,
+                    "priors": self.raw_priors,
+                    "classifier": classifier_rules,
+                }
+            )
+        )
 
 
 def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
     return {
         name: ExpertSpec(
-            name=name, adapter=e["adapter"], precision_class=e["precision_class"], timeout_ms=e["timeout_ms"],
-            enabled=e.get("enabled", True), freshness=e.get("freshness", "live"),
-            languages=tuple(e.get("languages", ())), settings=dict(e.get("settings", {})),
+            name=name,
+            adapter=e["adapter"],
+            precision_class=e["precision_class"],
+            timeout_ms=e["timeout_ms"],
+            enabled=e.get("enabled", True),
+            freshness=e.get("freshness", "live"),
+            languages=tuple(e.get("languages", ())),
+            settings=dict(e.get("settings", {})),
             description=e.get("description", ""),
         )
         for name, e in raw["experts"].items()
@@ -203,8 +217,9 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
     named += [(f"rule_weights/{r}/{e}", e) for r, ws in raw.get("rule_weights", {}).items() for e in ws]
     for path, expert in named:
         if expert not in experts:
-            raise SchemaError(f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}",
-                              file=str(file), path=path)
+            raise SchemaError(
+                f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}", file=str(file), path=path
+            )
     return Priors(
         classes={c: dict(ws) for c, ws in raw["classes"].items()},
         default_experts=tuple(raw["default_experts"]),
@@ -218,10 +233,19 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
 
 
 def _pipeline(raw: Mapping[str, Any], file: Path) -> PipelineSpec:
-    nodes = tuple(NodeSpec(id=n["id"], kind=n["kind"], after=tuple(n.get("after", ())),
-                           settings=dict(n.get("settings", {}))) for n in raw["nodes"])
-    return PipelineSpec(name=raw["name"], version=raw["version"], description=raw["description"],
-                        klass=raw.get("class"), nodes=nodes, file=file, raw=raw)
+    nodes = tuple(
+        NodeSpec(id=n["id"], kind=n["kind"], after=tuple(n.get("after", ())), settings=dict(n.get("settings", {})))
+        for n in raw["nodes"]
+    )
+    return PipelineSpec(
+        name=raw["name"],
+        version=raw["version"],
+        description=raw["description"],
+        klass=raw.get("class"),
+        nodes=nodes,
+        file=file,
+        raw=raw,
+    )
 
 
 def load_config(root: Path) -> ConfigSet:
@@ -235,13 +259,17 @@ def load_config(root: Path) -> ConfigSet:
     for file in sorted((root / "pipelines").glob("*.yaml")):
         spec = _pipeline(load_yaml(file, "pipeline"), file)
         if spec.name in pipelines:
-            raise SchemaError(f"pipeline name {spec.name!r} also used by {pipelines[spec.name].file.name}",
-                              file=str(file), path="name")
+            raise SchemaError(
+                f"pipeline name {spec.name!r} also used by {pipelines[spec.name].file.name}",
+                file=str(file),
+                path="name",
+            )
         pipelines[spec.name] = spec
     if not pipelines:
         raise SpecError(f"no pipelines found in {root / 'pipelines'}")
-    return ConfigSet(root=root, experts=experts, priors=priors, pipelines=pipelines,
-                     raw_experts=raw_experts, raw_priors=raw_priors)
+    return ConfigSet(
+        root=root, experts=experts, priors=priors, pipelines=pipelines, raw_experts=raw_experts, raw_priors=raw_priors
+    )
 
 
 def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:

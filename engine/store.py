@@ -59,8 +59,13 @@ CREATE TABLE IF NOT EXISTS spool_offsets (file VARCHAR PRIMARY KEY, offset_bytes
 
 #: table → primary key column; the spool carries {"table": ..., "row": {...}}
 TABLES = {
-    "receipts": "receipt_id", "tool_benchmark_events": "event_id", "experiments": "experiment_id",
-    "cache": "cache_key", "feedback": "feedback_id", "hints": "hint_id", "bandit_state": "arm_id",
+    "receipts": "receipt_id",
+    "tool_benchmark_events": "event_id",
+    "experiments": "experiment_id",
+    "cache": "cache_key",
+    "feedback": "feedback_id",
+    "hints": "hint_id",
+    "bandit_state": "arm_id",
 }
 _JSON_COLUMNS = {"body", "metrics", "response", "useful_item_ids"}
 # Upserts: these tables keep the newest row per key instead of the first.
@@ -75,6 +80,7 @@ class Store:
         self._lock_path = data_dir / "store.lock"
         self._spool_path: Path | None = None
         self._spool_fh: Any = None
+        self._spool_pid = -1
         self._mutex = threading.Lock()
 
     # ------------------------------------------------------------------ write path
@@ -83,7 +89,7 @@ class Store:
             self.spool_dir.mkdir(parents=True, exist_ok=True)
             name = f"p{os.getpid()}_{secrets.token_hex(4)}_{socket.gethostname()}.jsonl"
             self._spool_path = self.spool_dir / name
-            self._spool_fh = open(self._spool_path, "ab", buffering=0)
+            self._spool_fh = open(self._spool_path, "ab", buffering=0)  # noqa: SIM115 - held for the process lifetime
             self._spool_pid = os.getpid()
         return self._spool_fh
 
@@ -178,8 +184,13 @@ class Store:
         cols = [c[0] for c in con.execute(f"DESCRIBE {table}").fetchall()]
         verb = "INSERT OR REPLACE" if table in _REPLACE else "INSERT OR IGNORE"
         sql = f"{verb} INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
-        values = [[json.dumps(r.get(c), ensure_ascii=False) if c in _JSON_COLUMNS and r.get(c) is not None
-                   else r.get(c) for c in cols] for r in batch]
+        values = [
+            [
+                json.dumps(r.get(c), ensure_ascii=False) if c in _JSON_COLUMNS and r.get(c) is not None else r.get(c)
+                for c in cols
+            ]
+            for r in batch
+        ]
         # last write wins within a batch for upsert tables; first wins otherwise (primary key)
         con.executemany(sql, values)
 
@@ -207,8 +218,9 @@ class Store:
             except duckdb.Error:
                 return None
             try:
-                row = con.execute("SELECT response, negative FROM cache WHERE cache_key = ? AND expires_at > ?",
-                                  [key, time.time()]).fetchone()
+                row = con.execute(
+                    "SELECT response, negative FROM cache WHERE cache_key = ? AND expires_at > ?", [key, time.time()]
+                ).fetchone()
             except duckdb.Error:
                 row = None
             finally:

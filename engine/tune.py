@@ -30,7 +30,9 @@ def _round(x: float, step: float) -> float:
     return round(round(x / step) * step, 4)
 
 
-def measured_ratios(metrics_files: list[Path], metric: str, min_queries: int) -> dict[str, dict[str, tuple[float, int]]]:
+def measured_ratios(
+    metrics_files: list[Path], metric: str, min_queries: int
+) -> dict[str, dict[str, tuple[float, int]]]:
     """class → expert → (query-weighted ratio to the best single expert, queries)."""
     acc: dict[str, dict[str, list[float]]] = {}
     for f in metrics_files:
@@ -54,8 +56,9 @@ def measured_ratios(metrics_files: list[Path], metric: str, min_queries: int) ->
     return {c: {e: (s / n, int(n)) for e, (s, n) in es.items()} for c, es in acc.items()}
 
 
-def propose(raw_priors: dict[str, Any], ratios: dict[str, dict[str, tuple[float, int]]], *, floor: float,
-            step: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def propose(
+    raw_priors: dict[str, Any], ratios: dict[str, dict[str, tuple[float, int]]], *, floor: float, step: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     new = copy.deepcopy(raw_priors)
     rows: list[dict[str, Any]] = []
     for c, experts in sorted(ratios.items()):
@@ -73,12 +76,22 @@ def propose(raw_priors: dict[str, Any], ratios: dict[str, dict[str, tuple[float,
     return new, rows
 
 
-def tune(metrics_files: list[Path], config_dir: Path, *, metric: str = "ndcg@10", min_queries: int = 20,
-         floor: float = 0.15, step: float = 0.05, out: Path | None = None) -> list[dict[str, Any]]:
+def tune(
+    metrics_files: list[Path],
+    config_dir: Path,
+    *,
+    metric: str = "ndcg@10",
+    min_queries: int = 20,
+    floor: float = 0.15,
+    step: float = 0.05,
+    out: Path | None = None,
+) -> list[dict[str, Any]]:
     raw = yaml.safe_load((config_dir / "priors.yaml").read_text())
     new, rows = propose(raw, measured_ratios(metrics_files, metric, min_queries), floor=floor, step=step)
     if out is not None:
-        header = (f"# Proposed by `engine tune` from {', '.join(str(f) for f in metrics_files)}\n"
-                  f"# (metric {metric}, classes with >= {min_queries} queries, floor {floor}, step {step}).\n")
+        header = (
+            f"# Proposed by `engine tune` from {', '.join(str(f) for f in metrics_files)}\n"
+            f"# (metric {metric}, classes with >= {min_queries} queries, floor {floor}, step {step}).\n"
+        )
         out.write_text(header + yaml.safe_dump(new, sort_keys=False))
     return rows

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 INTENTS = ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history", "unknown")
 CLASSES = INTENTS[:-1]  # "unknown" is an intent a caller may give, never a class we route to
@@ -129,8 +130,12 @@ class Classification:
     features: Features
 
     def to_dict(self) -> dict[str, Any]:
-        return {"class": self.klass, "confidence": round(self.confidence, 3), "rule": self.rule,
-                "abstained": self.abstained}
+        return {
+            "class": self.klass,
+            "confidence": round(self.confidence, 3),
+            "rule": self.rule,
+            "abstained": self.abstained,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,13 @@ file, ``<dir>/vectors.npz`` (matrix, ids as JSON, metadata as JSON), written ato
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -32,7 +33,8 @@ FORMAT_VERSION = 1
 
 def _normalise(m: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(m, axis=1, keepdims=True)
-    return m / np.maximum(norms, 1e-12)
+    out: np.ndarray = m / np.maximum(norms, 1e-12)
+    return out
 
 
 class VectorStore:
@@ -140,7 +142,7 @@ class VectorStore:
             keep[list(drop)] = False
             m = int(keep.sum())
             self._buf[:m] = self._buf[:n][keep]
-            self._ids = [id for id, k in zip(self._ids, keep) if k]
+            self._ids = [id for id, k in zip(self._ids, keep, strict=True) if k]
             self._pos = {id: i for i, id in enumerate(self._ids)}
             self._dirty = True
             return len(drop)
@@ -185,15 +187,13 @@ class VectorStore:
             fd, tmp = tempfile.mkstemp(prefix=".vectors-", suffix=".npz.tmp", dir=self.dir)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    np.savez(f, **arrays)
+                    np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds too narrowly
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, self.path)
             except BaseException:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(tmp)
-                except OSError:
-                    pass
                 raise
             self._dirty = False
             return self.path

@@ -24,9 +24,27 @@ from .types import Project, Scope
 DATA_DIR_NAME = ".engine"
 
 #: never indexed or returned, whatever the config says (DESIGN §8)
-SECRET_GLOBS = (".env", ".env.*", "*.env", "*.pem", "*.key", "*.pfx", "*.p12", "id_rsa*", "id_dsa*", "id_ecdsa*",
-                "id_ed25519*", "*.keystore", "*.jks", ".netrc", ".pgpass", "credentials.json", "*.kdbx",
-                "signing_key*", "*.gpg")
+SECRET_GLOBS = (
+    ".env",
+    ".env.*",
+    "*.env",
+    "*.pem",
+    "*.key",
+    "*.pfx",
+    "*.p12",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "*.keystore",
+    "*.jks",
+    ".netrc",
+    ".pgpass",
+    "credentials.json",
+    "*.kdbx",
+    "signing_key*",
+    "*.gpg",
+)
 #: content a secret scanner would flag (a file containing one is skipped entirely)
 SECRET_PATTERNS = re.compile(
     rb"-----BEGIN (?:RSA |EC |DSA |OPENSSH |PGP |ENCRYPTED )?PRIVATE KEY-----"
@@ -35,8 +53,21 @@ SECRET_PATTERNS = re.compile(
     rb"|xox[baprs]-[A-Za-z0-9-]{10,}"
     rb"|sk-[A-Za-z0-9]{32,}"
 )
-EXCLUDED_DIRS = {".git", DATA_DIR_NAME, "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache",
-                 ".pytest_cache", "dist", "build", ".hg", ".svn"}
+EXCLUDED_DIRS = {
+    ".git",
+    DATA_DIR_NAME,
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    "dist",
+    "build",
+    ".hg",
+    ".svn",
+}
 
 LANGUAGES: dict[str, tuple[str, ...]] = {
     "python": (".py", ".pyi"),
@@ -69,7 +100,9 @@ def is_doc_file(path: str) -> bool:
     return language_of(path) in DOC_LANGUAGES or p.suffix.lower() == ".txt" or p.parts[:1] == ("docs",)
 
 
-_TEST_RE = re.compile(r"(^|/)(tests?|testing|__tests__|spec)/|(^|/)(test_[^/]*|[^/]*_test\.\w+|[^/]*\.(test|spec)\.\w+|conftest\.py)$")
+_TEST_RE = re.compile(
+    r"(^|/)(tests?|testing|__tests__|spec)/|(^|/)(test_[^/]*|[^/]*_test\.\w+|[^/]*\.(test|spec)\.\w+|conftest\.py)$"
+)
 
 
 def is_test_file(path: str) -> bool:
@@ -121,8 +154,10 @@ class Workspace:
         names = [p.name for p in projects]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:  # two workspaces with a project of the same name: qualify by parent folder
-            projects = [Project(f"{p.root.parent.name}/{p.name}" if p.name in dupes else p.name, p.root, p.is_git)
-                        for p in projects]
+            projects = [
+                Project(f"{p.root.parent.name}/{p.name}" if p.name in dupes else p.name, p.root, p.is_git)
+                for p in projects
+            ]
         if data_dir is None:
             env = os.environ.get("ENGINE_HOME")
             data_dir = Path(env).expanduser() if env else resolved[0] / DATA_DIR_NAME
@@ -132,8 +167,9 @@ class Workspace:
         for p in self.projects:
             if p.name == name:
                 return p
-        raise InvalidRequest(f"unknown project {name!r}; the workspace has {[p.name for p in self.projects]}",
-                             field="scope.project")
+        raise InvalidRequest(
+            f"unknown project {name!r}; the workspace has {[p.name for p in self.projects]}", field="scope.project"
+        )
 
     def scoped_projects(self, scope: Scope, groups: dict[str, tuple[str, ...]] | None = None) -> tuple[Project, ...]:
         projects = self.projects
@@ -142,8 +178,9 @@ class Workspace:
         if scope.group:
             members = (groups or {}).get(scope.group)
             if members is None:
-                raise InvalidRequest(f"unknown group {scope.group!r}; priors.yaml defines {sorted(groups or {})}",
-                                     field="scope.group")
+                raise InvalidRequest(
+                    f"unknown group {scope.group!r}; priors.yaml defines {sorted(groups or {})}", field="scope.group"
+                )
             projects = tuple(p for p in projects if p.name in members)
         return projects
 
@@ -187,7 +224,7 @@ def in_scope(path: str, scope: Scope) -> bool:
         return False
     if scope.language:
         exts = LANGUAGES.get(scope.language.lower())
-        return bool(exts) and PurePosixPath(path).suffix.lower() in exts
+        return exts is not None and PurePosixPath(path).suffix.lower() in exts
     return True
 
 

@@ -43,16 +43,18 @@ console.log(JSON.stringify(texts.map(t => [enc.encode(t).length, countTokens(t)]
 def count_tokens(texts: list[str], tokenizer_dir: Path | None) -> list[tuple[int, int]] | None:
     if tokenizer_dir is None:
         return None
-    out = subprocess.run(["node", "-e", COUNT_JS], input=json.dumps(texts), capture_output=True, text=True,
-                         cwd=tokenizer_dir, check=True)
+    out = subprocess.run(
+        ["node", "-e", COUNT_JS], input=json.dumps(texts), capture_output=True, text=True, cwd=tokenizer_dir, check=True
+    )
     return [tuple(x) for x in json.loads(out.stdout)]
 
 
 async def answers(workspace: Path, config_dir: Path, limit: int) -> list[dict]:
     router = Router(config_dir, Workspace.open([workspace]))
     try:
-        return [(await router.run("router", {"question": q, "limit": limit, "no_cache": True})).response
-                for q in QUESTIONS]
+        return [
+            (await router.run("router", {"question": q, "limit": limit, "no_cache": True})).response for q in QUESTIONS
+        ]
     finally:
         await router.aclose()
 
@@ -69,9 +71,11 @@ def main() -> None:
     totals = {}
     for f in FORMATS:
         tokens = count_tokens(texts[f], args.tokenizer_dir)
-        totals[f] = {"chars": sum(map(len, texts[f])),
-                     "o200k": sum(t[0] for t in tokens) if tokens else None,
-                     "claude": sum(t[1] for t in tokens) if tokens else None}
+        totals[f] = {
+            "chars": sum(map(len, texts[f])),
+            "o200k": sum(t[0] for t in tokens) if tokens else None,
+            "claude": sum(t[1] for t in tokens) if tokens else None,
+        }
     items = sum(len(r["items"]) for r in responses)
     print(json.dumps({"questions": len(QUESTIONS), "items": items, "limit": args.limit, "totals": totals}, indent=2))
     base = totals["json"]

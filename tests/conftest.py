@@ -16,7 +16,7 @@ ALPHA = {
     "alpha/storage.py": (
         "import os\n\n\n"
         "class FileSystemStorage:\n"
-        "    \"\"\"Stores uploaded files on the local disk.\"\"\"\n\n"
+        '    """Stores uploaded files on the local disk."""\n\n'
         "    def save(self, name, content):\n"
         "        path = os.path.join(self.location, name)\n"
         "        with open(path, 'wb') as fh:\n"
@@ -27,7 +27,7 @@ ALPHA = {
     ),
     "alpha/retry.py": (
         "class RetryPolicy:\n"
-        "    \"\"\"Decides how often a failed request is retried, with exponential backoff.\"\"\"\n\n"
+        '    """Decides how often a failed request is retried, with exponential backoff."""\n\n'
         "    def __init__(self, attempts=3):\n"
         "        self.attempts = attempts\n\n"
         "    def should_retry(self, attempt, error):\n"
@@ -36,7 +36,9 @@ ALPHA = {
         "        return True\n"
     ),
     "alpha/config.py": "DEFAULTS = {\n    'upload.max_size_mb': 25,\n    'retry.attempts': 3,\n}\n",
-    "tests/test_storage.py": "from alpha.storage import FileSystemStorage\n\n\ndef test_save():\n    assert FileSystemStorage\n",
+    "tests/test_storage.py": (
+        "from alpha.storage import FileSystemStorage\n\n\ndef test_save():\n    assert FileSystemStorage\n"
+    ),
     ".gitignore": "build/\n*.log\n",
     "build/generated.py": "class FileSystemStorage:  # generated copy, ignored by git\n    pass\n",
     "debug.log": "FileSystemStorage log line\n",
@@ -56,14 +58,20 @@ BETA = {
         "}\n"
     ),
     "beta/retry.js": "export class RetryPolicy {\n  run(fn) { return fn(); }\n}\n",
-    "beta/storage.py": "class FileSystemStorage:\n    \"\"\"Beta's own storage with the same name.\"\"\"\n    pass\n",
+    "beta/storage.py": 'class FileSystemStorage:\n    """Beta\'s own storage with the same name."""\n    pass\n',
     "docs/guide.md": "# Guide\n\n## Uploading files\n\nHow do I upload a file? Use `UploadClient.upload`.\n",
 }
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com", "GIT_COMMITTER_NAME": "Ada",
-           "GIT_COMMITTER_EMAIL": "ada@example.com", "HOME": str(cwd), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "Ada",
+        "GIT_AUTHOR_EMAIL": "ada@example.com",
+        "GIT_COMMITTER_NAME": "Ada",
+        "GIT_COMMITTER_EMAIL": "ada@example.com",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout
 
 

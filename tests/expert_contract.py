@@ -47,8 +47,15 @@ class ExpertContract:
     def make(self, scenario: str, ws: Workspace, tmp_path: Path) -> Expert:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    async def _run(self, scenario: str, ws: Workspace, tmp_path: Path, limit: int = 10,
-                   deadline_s: float = 15.0, question: str = QUESTION) -> list[Evidence]:
+    async def _run(
+        self,
+        scenario: str,
+        ws: Workspace,
+        tmp_path: Path,
+        limit: int = 10,
+        deadline_s: float = 15.0,
+        question: str = QUESTION,
+    ) -> list[Evidence]:
         expert = self.make(scenario, ws, tmp_path)
         try:
             return await call(expert, query(ws, question, limit=limit), deadline_s)

@@ -32,7 +32,7 @@ PYTHON = sys.executable
 
 FILES = {
     "src/{name}.py": 'def parse_config(path):\n    """Read the config file."""\n    return open(path).read()\n\n\n'
-                     "class PaymentGateway:\n    def charge(self, amount):\n        return amount\n",
+    "class PaymentGateway:\n    def charge(self, amount):\n        return amount\n",
     "src/util_{name}.py": "import os\n\n\ndef retry_budget():\n    return int(os.environ.get('RETRIES', 3))\n",
     "README.md": "# {name}\n\nHow to configure the PaymentGateway for {name}.\n",
     ".env": "SECRET_TOKEN=do-not-return\n",
@@ -40,8 +40,13 @@ FILES = {
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.st", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e.st"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e.st",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e.st",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -67,8 +72,12 @@ def make_workspace(root: Path, index: bool = True) -> Workspace:
     return ws
 
 
-def copy_config(dest: Path, experts: dict[str, Any] | None = None, classes: dict[str, dict[str, float]] | None = None,
-                gate: dict[str, Any] | None = None) -> Path:
+def copy_config(
+    dest: Path,
+    experts: dict[str, Any] | None = None,
+    classes: dict[str, dict[str, float]] | None = None,
+    gate: dict[str, Any] | None = None,
+) -> Path:
     """A test-local copy of the repo's config, with extra experts and class priors merged in."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "pipelines", dest / "pipelines", dirs_exist_ok=True)
@@ -85,8 +94,9 @@ def copy_config(dest: Path, experts: dict[str, Any] | None = None, classes: dict
 
 def query(ws: Workspace, question: str, limit: int = 10, scope: Scope | None = None) -> Query:
     c = classify(question, 0.5)
-    return Query(question=question, klass=c.klass, features=c.features, scope=scope or Scope(),
-                 projects=ws.projects, limit=limit)
+    return Query(
+        question=question, klass=c.klass, features=c.features, scope=scope or Scope(), projects=ws.projects, limit=limit
+    )
 
 
 def processes_with(marker: str) -> list[int]:
@@ -108,16 +118,23 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     return make_workspace(tmp_path_factory.mktemp("ws"))
 
 
-def expert(adapter: str, settings: dict[str, Any], ws: Workspace, timeout_ms: int = 10000,
-           precision: str = "lexical") -> Expert:
+def expert(
+    adapter: str, settings: dict[str, Any], ws: Workspace, timeout_ms: int = 10000, precision: str = "lexical"
+) -> Expert:
     """An adapter instance built from settings, as the expert pool would build it."""
-    spec = ExpertSpec(name=f"ext-{adapter}", adapter=adapter, precision_class=precision, timeout_ms=timeout_ms,
-                      settings=settings)
+    spec = ExpertSpec(
+        name=f"ext-{adapter}", adapter=adapter, precision_class=precision, timeout_ms=timeout_ms, settings=settings
+    )
     return adapter_class(adapter)(spec, ExpertEnv(ws))
 
 
 def mcp_settings(tool: str = "search", **extra: Any) -> dict[str, Any]:
     """The fake MCP server (tests/fixtures/fake_mcp_server.py) as an ``mcp`` expert, one call per project."""
-    return {"command": [PYTHON, str(FAKE_MCP)], "tool": tool, "per_project": True,
-            "arguments": {"pattern": "{{ term }}", "root": "{{ root }}", "limit": "{{ limit }}"},
-            "result": {"items": "results", "fields": {"path": "file", "content": "text"}}, **extra}
+    return {
+        "command": [PYTHON, str(FAKE_MCP)],
+        "tool": tool,
+        "per_project": True,
+        "arguments": {"pattern": "{{ term }}", "root": "{{ root }}", "limit": "{{ limit }}"},
+        "result": {"items": "results", "fields": {"path": "file", "content": "text"}},
+        **extra,
+    }

@@ -14,8 +14,8 @@ from typing import Any
 import anyio
 
 from engine.experts import ExpertEnv, adapter_class
-from engine.indexing import index_workspace
 from engine.index.build import IndexReport
+from engine.indexing import index_workspace
 from engine.nodes.classify import classify
 from engine.spec import load_config
 from engine.types import Evidence, Query, Scope
@@ -27,11 +27,11 @@ SHOP = {
     "shop/__init__.py": "",
     "shop/models.py": (
         "class Base:\n"
-        "    \"\"\"Common model behaviour.\"\"\"\n\n"
+        '    """Common model behaviour."""\n\n'
         "    def save(self):\n"
         "        return True\n\n\n"
         "class Order(Base):\n"
-        "    \"\"\"A customer's order in the shop.\"\"\"\n\n"
+        '    """A customer\'s order in the shop."""\n\n'
         "    def total(self):\n"
         "        return 42\n\n\n"
         "class Customer:\n"
@@ -67,7 +67,7 @@ BILLING = {
     "billing/__init__.py": "",
     "billing/models.py": (
         "class Order:\n"
-        "    \"\"\"Billing's own order, unrelated to the shop's.\"\"\"\n\n"
+        '    """Billing\'s own order, unrelated to the shop\'s."""\n\n'
         "    def total(self):\n"
         "        return 7\n\n\n"
         "class Refund(Order):\n"
@@ -79,8 +79,7 @@ BILLING = {
         "  amount(): number { return 1; }\n}\n"
     ),
     "svc/server.go": (
-        "package svc\n\ntype Server struct {\n\tPort int\n}\n\n"
-        "func (s *Server) Start() error {\n\treturn nil\n}\n"
+        "package svc\n\ntype Server struct {\n\tPort int\n}\n\nfunc (s *Server) Start() error {\n\treturn nil\n}\n"
     ),
     "java/Ledger.java": "public class Ledger {\n  public void post(Order o) { o.total(); }\n}\n",
     "README.rst": (
@@ -102,15 +101,29 @@ def index(ws: Path, config_dir: Path, *names: str) -> dict[str, IndexReport]:
     return {r.name: r for r in reports}
 
 
-def ask_expert(config_dir: Path, ws: Path, name: str, question: str, *, limit: int = 30,
-               scope: Scope | None = None, klass: str | None = None) -> tuple[dict[str, Any], list[Evidence]]:
+def ask_expert(
+    config_dir: Path,
+    ws: Path,
+    name: str,
+    question: str,
+    *,
+    limit: int = 30,
+    scope: Scope | None = None,
+    klass: str | None = None,
+) -> tuple[dict[str, Any], list[Evidence]]:
     """Plan and run one expert directly, as the fan-out would; returns (plan, items)."""
     cfg = load_config(config_dir)
     workspace = Workspace.open([ws])
     c = classify(question, cfg.priors.abstain_below)
     scope = scope or Scope()
-    query = Query(question=question, klass=klass or c.klass, features=c.features, scope=scope,
-                  projects=workspace.scoped_projects(scope), limit=limit)
+    query = Query(
+        question=question,
+        klass=klass or c.klass,
+        features=c.features,
+        scope=scope,
+        projects=workspace.scoped_projects(scope),
+        limit=limit,
+    )
     expert = adapter_class(cfg.experts[name].adapter)(cfg.experts[name], ExpertEnv(workspace))
     plan = expert.plan(query)
 

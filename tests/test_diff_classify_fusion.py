@@ -51,34 +51,49 @@ def test_diff_two_folders(config_dir: Path, tmp_path: Path) -> None:
 
 
 def test_diff_two_git_revisions_via_cli(config_dir: Path, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "cfgrepo", {p.relative_to(config_dir).as_posix(): p.read_text()
-                                            for p in config_dir.rglob("*.yaml")})
+    repo = make_repo(
+        tmp_path / "cfgrepo", {p.relative_to(config_dir).as_posix(): p.read_text() for p in config_dir.rglob("*.yaml")}
+    )
     text = (repo / "priors.yaml").read_text().replace("abstain_below: 0.5", "abstain_below: 0.4")
     (repo / "priors.yaml").write_text(text)
     git(repo, "commit", "-qam", "lower abstention")
-    res = subprocess.run([sys.executable, "-m", "engine.cli", "diff", "HEAD~1", "HEAD", "--repo", str(repo),
-                          "--format", "json"], capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "diff", "HEAD~1", "HEAD", "--repo", str(repo), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
     d = json.loads(res.stdout)
     assert {"field": "classifier.abstain_below", "old": 0.5, "new": 0.4} in d["priors_other"]
-    text_out = subprocess.run([sys.executable, "-m", "engine.cli", "diff", "HEAD~1", "HEAD", "--repo", str(repo)],
-                              capture_output=True, text=True, cwd=ROOT).stdout
+    text_out = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "diff", "HEAD~1", "HEAD", "--repo", str(repo)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    ).stdout
     assert "classifier.abstain_below: 0.5 → 0.4" in text_out
 
 
-@pytest.mark.parametrize("question,klass,rule", [
-    ('where does "connection refused" come from', "identifier", "quoted-literal"),
-    ("find /retry_[a-z]+/ usages in code", "identifier", "regex-literal"),
-    ("where is FileSystemStorage defined", "typed-symbol", "definition-phrase"),
-    ("what does parse_http_header return", "typed-symbol", "code-token"),
-    ("who calls RetryPolicy.should_retry", "cross-repo-impact", "impact-phrase"),
-    ("how do I configure the upload size limit", "docs", "docs-phrase"),
-    ("when was jitter added to the backoff", "history", "history-phrase"),
-    ("where are uploaded file permissions decided", "conceptual", "natural-language"),
-    ("hmm", "conceptual", "fallback"),
-    ("When I call `Session.get` with a proxy the request hangs. " + "It happens every time we retry. " * 8,
-     "conceptual", "long-description"),
-])
+@pytest.mark.parametrize(
+    "question,klass,rule",
+    [
+        ('where does "connection refused" come from', "identifier", "quoted-literal"),
+        ("find /retry_[a-z]+/ usages in code", "identifier", "regex-literal"),
+        ("where is FileSystemStorage defined", "typed-symbol", "definition-phrase"),
+        ("what does parse_http_header return", "typed-symbol", "code-token"),
+        ("who calls RetryPolicy.should_retry", "cross-repo-impact", "impact-phrase"),
+        ("how do I configure the upload size limit", "docs", "docs-phrase"),
+        ("when was jitter added to the backoff", "history", "history-phrase"),
+        ("where are uploaded file permissions decided", "conceptual", "natural-language"),
+        ("hmm", "conceptual", "fallback"),
+        (
+            "When I call `Session.get` with a proxy the request hangs. " + "It happens every time we retry. " * 8,
+            "conceptual",
+            "long-description",
+        ),
+    ],
+)
 def test_classifier_rules(question: str, klass: str, rule: str) -> None:
     c = classify(question, abstain_below=0.5)
     assert (c.klass, c.rule) == (klass, rule)
@@ -93,8 +108,10 @@ def test_features() -> None:
 
 
 def _scored(expert_items: dict[str, list[Evidence]]) -> dict[str, list[dict]]:
-    return {ex: [{"evidence": e, "rank": i, "subscores": {}, "flags": list(e.flags)}
-                 for i, e in enumerate(items, start=1)] for ex, items in expert_items.items()}
+    return {
+        ex: [{"evidence": e, "rank": i, "subscores": {}, "flags": list(e.flags)} for i, e in enumerate(items, start=1)]
+        for ex, items in expert_items.items()
+    }
 
 
 def _ev(path: str, a: int, b: int, flags: tuple[str, ...] = ()) -> Evidence:
@@ -102,8 +119,12 @@ def _ev(path: str, a: int, b: int, flags: tuple[str, ...] = ()) -> Evidence:
 
 
 def test_weighted_rrf_hand_computed_and_overlap_dedup() -> None:
-    scored = _scored({"rg": [_ev("x.py", 10, 10, ("exact-match",)), _ev("y.py", 1, 1)],
-                      "bm25": [_ev("y.py", 1, 40), _ev("x.py", 5, 30)]})
+    scored = _scored(
+        {
+            "rg": [_ev("x.py", 10, 10, ("exact-match",)), _ev("y.py", 1, 1)],
+            "bm25": [_ev("y.py", 1, 40), _ev("x.py", 5, 30)],
+        }
+    )
     clusters = cluster_items(scored)
     weighted_rrf(clusters, {"rg": 1.0, "bm25": 0.5}, k=60)
     by_path = {c.path: c for c in clusters}

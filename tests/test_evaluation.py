@@ -68,8 +68,11 @@ def _by_hand(ranked: list[str], rel: dict[str, int]) -> dict[str, float]:
     first = next((i + 1 for i, d in enumerate(top) if d in rel), None)
     dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top))
     ideal = sum(g / math.log2(i + 2) for i, g in enumerate(sorted(rel.values(), reverse=True)[:10]))
-    out = {"mrr@10": 1 / first if first else 0.0, "ndcg@10": dcg / ideal,
-           "recall@10": sum(1 for d in top if d in rel) / len(rel)}
+    out = {
+        "mrr@10": 1 / first if first else 0.0,
+        "ndcg@10": dcg / ideal,
+        "recall@10": sum(1 for d in top if d in rel) / len(rel),
+    }
     for k in (1, 5, 10):
         out[f"acc@{k}"] = 1.0 if first and first <= k else 0.0
     return out
@@ -109,20 +112,36 @@ def test_eval_writes_every_artefact_and_metrics_match_a_hand_computation(env: di
 def test_eval_stores_one_event_per_expert_call_labelled_by_arm_and_an_experiment_row(env: dict[str, Any]) -> None:
     con = duckdb.connect(str(env["home"] / "store" / "engine.duckdb"), read_only=True)
     try:
-        events = dict(con.execute("SELECT arm, count(*) FROM tool_benchmark_events WHERE arm NOT LIKE '%:warmup' "
-                                  "GROUP BY arm").fetchall())
-        experts = dict(con.execute("SELECT DISTINCT arm, expert_id FROM tool_benchmark_events "
-                                   "WHERE arm IN ('bm25', 'ripgrep')").fetchall())
+        events = dict(
+            con.execute(
+                "SELECT arm, count(*) FROM tool_benchmark_events WHERE arm NOT LIKE '%:warmup' GROUP BY arm"
+            ).fetchall()
+        )
+        experts = dict(
+            con.execute(
+                "SELECT DISTINCT arm, expert_id FROM tool_benchmark_events WHERE arm IN ('bm25', 'ripgrep')"
+            ).fetchall()
+        )
         rows = con.execute("SELECT suite, config_version, git_head, metrics FROM experiments").fetchall()
-        hits = dict(con.execute("SELECT expert_id, count(*) FILTER (WHERE hit) FROM tool_benchmark_events "
-                                "WHERE arm = 'bm25' GROUP BY expert_id").fetchall())
-        unlabelled = con.execute("SELECT count(*) FROM tool_benchmark_events WHERE hit IS NULL "
-                                 "AND arm NOT LIKE '%:warmup'").fetchone()[0]
+        hits = dict(
+            con.execute(
+                "SELECT expert_id, count(*) FILTER (WHERE hit) FROM tool_benchmark_events "
+                "WHERE arm = 'bm25' GROUP BY expert_id"
+            ).fetchall()
+        )
+        unlabelled = con.execute(
+            "SELECT count(*) FROM tool_benchmark_events WHERE hit IS NULL AND arm NOT LIKE '%:warmup'"
+        ).fetchone()[0]
     finally:
         con.close()
-    calls = {arm: sum(len(r["expert_latency_ms"]) for r in map(json.loads, (env["out"] / "per_query.jsonl")
-                                                                .read_text().splitlines()) if r["arm"] == arm)
-             for arm in ("router", "bm25", "ripgrep")}
+    calls = {
+        arm: sum(
+            len(r["expert_latency_ms"])
+            for r in map(json.loads, (env["out"] / "per_query.jsonl").read_text().splitlines())
+            if r["arm"] == arm
+        )
+        for arm in ("router", "bm25", "ripgrep")
+    }
     assert events == calls
     assert experts == {"bm25": "bm25", "ripgrep": "ripgrep"}
     # hit = the expert returned a relevant file somewhere in its answer (for a one-expert arm: the
@@ -147,8 +166,9 @@ def test_compare_flags_worsened_priors_and_passes_unchanged_ones(env: dict[str, 
     same_cfg = _copy_config(root / "config-same")
     runs = {}
     for name, cfg in (("worse", worse_cfg), ("same", same_cfg)):
-        opts = EvalOptions(suite=env["suite"], config_dir=cfg, arms=["router"], out=root / name, home=env["home"],
-                           progress=False)
+        opts = EvalOptions(
+            suite=env["suite"], config_dir=cfg, arms=["router"], out=root / name, home=env["home"], progress=False
+        )
         runs[name] = write_run(run_eval(opts))[1]
     bad = [c for c in compare(env["metrics"], runs["worse"]) if c.regression]
     assert any(c.group == "conceptual" and c.metric == "selection F1" for c in bad), bad
@@ -156,15 +176,20 @@ def test_compare_flags_worsened_priors_and_passes_unchanged_ones(env: dict[str, 
     assert not [c for c in compare(env["metrics"], runs["same"], latency_floor_ms=1000) if c.regression]
     cli = CliRunner()
     assert cli.invoke(app, ["eval", "compare", str(env["out"]), str(root / "worse")]).exit_code == 1
-    ok = cli.invoke(app, ["eval", "compare", str(env["out"]), str(root / "same" / "metrics.json"),
-                          "--latency-floor-ms", "1000"])
+    ok = cli.invoke(
+        app, ["eval", "compare", str(env["out"]), str(root / "same" / "metrics.json"), "--latency-floor-ms", "1000"]
+    )
     assert ok.exit_code == 0, ok.output
 
 
 def test_compare_latency_and_receipt_rules() -> None:
     def m(p95: float, p99: float, receipts: float | None = 1.0) -> dict[str, Any]:
-        block = {"ndcg@10": 0.5, "selection": {"f1": None}, "latency_ms": {"p95": p95, "p99": p99},
-                 "receipts": {"rate": receipts}}
+        block = {
+            "ndcg@10": 0.5,
+            "selection": {"f1": None},
+            "latency_ms": {"p95": p95, "p99": p99},
+            "receipts": {"rate": receipts},
+        }
         return {"arms": {"router": {"overall": block, "classes": {}}}}
 
     def regressed(base: dict[str, Any], new: dict[str, Any]) -> set[str]:
@@ -179,14 +204,42 @@ def test_compare_latency_and_receipt_rules() -> None:
 
 def test_cli_eval_suite_is_the_default_subcommand(env: dict[str, Any]) -> None:
     out = env["root"] / "cli-peer"
-    res = CliRunner().invoke(app, ["eval", str(env["suite"]), "--arms", "bm25-peer", "--limit-queries", "5",
-                                   "--out", str(out), "--cache-dir", str(env["home"]), "--config-dir",
-                                   str(env["config"]), "--no-progress", "--format", "json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(env["suite"]),
+            "--arms",
+            "bm25-peer",
+            "--limit-queries",
+            "5",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(env["home"]),
+            "--config-dir",
+            str(env["config"]),
+            "--no-progress",
+            "--format",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["arms"]["bm25-peer"]["overall"]["n"] == 5
-    bad = CliRunner().invoke(app, ["eval", str(env["suite"]), "--arms", "nosuchexpert", "--cache-dir",
-                                   str(env["home"]), "--config-dir", str(env["config"])])
+    bad = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(env["suite"]),
+            "--arms",
+            "nosuchexpert",
+            "--cache-dir",
+            str(env["home"]),
+            "--config-dir",
+            str(env["config"]),
+        ],
+    )
     assert bad.exit_code == 2 and "unknown arm" in bad.output
 
 
@@ -195,8 +248,7 @@ def test_bench_reports_overhead_throughput_and_save_to_searchable(env: dict[str,
 
     repo = tmp_path / "repo"
     shutil.copytree(env["root"] / "repo", repo)
-    r = run_bench(BenchOptions(workspaces=[repo], config_dir=env["config"], n_questions=8, rounds=1,
-                               progress=False))
+    r = run_bench(BenchOptions(workspaces=[repo], config_dir=env["config"], n_questions=8, rounds=1, progress=False))
     assert r["index"]["per_index"]["bm25"]["files"] > 5 and r["index"]["per_index"]["bm25"]["chunks_per_s"]
     assert r["end_to_end_ms"]["n"] == r["questions"] and r["router_overhead_ms"]["p50"] is not None
     assert set(r["experts_ms"]) >= {"bm25", "ripgrep"}
@@ -215,8 +267,11 @@ def test_tune_proposes_priors_from_single_expert_arms(env: dict[str, Any], tmp_p
     metrics = json.loads((env["out"] / "metrics.json").read_text())["arms"]
     assert rows
     for r in rows:  # each proposal is the expert's nDCG@10 relative to the best single expert of that class
-        best = max(metrics[a]["classes"][r["class"]]["ndcg@10"] for a in ("bm25", "ripgrep")
-                   if r["class"] in metrics[a]["classes"])
+        best = max(
+            metrics[a]["classes"][r["class"]]["ndcg@10"]
+            for a in ("bm25", "ripgrep")
+            if r["class"] in metrics[a]["classes"]
+        )
         ratio = metrics[r["expert"]]["classes"][r["class"]]["ndcg@10"] / best
         assert r["ratio"] == pytest.approx(ratio, abs=1e-3)
         assert r["new"] is None or r["new"] == pytest.approx(round(ratio / 0.05) * 0.05, abs=1e-6)

@@ -77,8 +77,9 @@ async def test_mcp_text_lines_and_paths_outside_the_workspace(ws: Workspace) -> 
 
 async def test_mcp_over_streamable_http_url(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port()
-    proc = subprocess.Popen([PYTHON, str(FAKE_MCP), "--http", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, str(FAKE_MCP), "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -156,9 +157,13 @@ def http_server() -> Iterator[str]:
 
 
 def http_settings(base: str, path: str = "/search", **extra: Any) -> dict[str, Any]:
-    return {"url": base + path, "per_project": True,
-            "params": {"q": "{{ term }}", "root": "{{ root }}", "limit": "{{ limit }}"},
-            "result": {"items": "data.results", "fields": {"path": "file", "content": "snippet"}}, **extra}
+    return {
+        "url": base + path,
+        "per_project": True,
+        "params": {"q": "{{ term }}", "root": "{{ root }}", "limit": "{{ limit }}"},
+        "result": {"items": "data.results", "fields": {"path": "file", "content": "snippet"}},
+        **extra,
+    }
 
 
 def free_port() -> int:
@@ -174,15 +179,18 @@ class TestHttpContract(ExpertContract):
 
     def make(self, scenario: str, ws: Workspace, tmp_path: Path) -> Expert:
         base = f"http://127.0.0.1:{free_port()}" if scenario == "missing" else self.base
-        path = {"ok": "/search", "missing": "/search", "crash": "/crash", "stall": "/stall",
-                "malformed": "/garbage"}[scenario]
+        path = {"ok": "/search", "missing": "/search", "crash": "/crash", "stall": "/stall", "malformed": "/garbage"}[
+            scenario
+        ]
         return expert("http", http_settings(base, path), ws)
 
 
 async def test_http_auth_header_comes_from_the_named_environment_variable(
-        ws: Workspace, http_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = http_settings(http_server, "/auth", auth_env="TEST_SEARCH_KEY", auth_header="X-Api-Key",
-                             auth_prefix="Token ")
+    ws: Workspace, http_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = http_settings(
+        http_server, "/auth", auth_env="TEST_SEARCH_KEY", auth_header="X-Api-Key", auth_prefix="Token "
+    )
     q = query(ws, 'where is "PaymentGateway"')
     monkeypatch.delenv("TEST_SEARCH_KEY", raising=False)
     with pytest.raises(ExpertUnconfigured):
@@ -201,25 +209,37 @@ class TestCommandContract(ExpertContract):
     marker = str(FAKE_CLI)
 
     def make(self, scenario: str, ws: Workspace, tmp_path: Path) -> Expert:
-        argv = {"ok": [PYTHON, str(FAKE_CLI), "ok", "{{ term }}"],
-                "missing": [str(tmp_path / "no-such-tool"), "{{ term }}"],
-                "crash": [PYTHON, str(FAKE_CLI), "crash"],
-                "stall": [PYTHON, str(FAKE_CLI), "stall"],
-                "malformed": [PYTHON, str(FAKE_CLI), "malformed"]}[scenario]
+        argv = {
+            "ok": [PYTHON, str(FAKE_CLI), "ok", "{{ term }}"],
+            "missing": [str(tmp_path / "no-such-tool"), "{{ term }}"],
+            "crash": [PYTHON, str(FAKE_CLI), "crash"],
+            "stall": [PYTHON, str(FAKE_CLI), "stall"],
+            "malformed": [PYTHON, str(FAKE_CLI), "malformed"],
+        }[scenario]
         settings: dict[str, Any] = {"argv": argv, "output": "jsonl" if scenario == "malformed" else "lines"}
         return expert("command", settings, ws)
 
 
 async def test_command_jsonl_output(ws: Workspace) -> None:
-    cmd = expert("command", {"argv": [PYTHON, str(FAKE_CLI), "jsonl", "{{ term }}"], "output": "jsonl",
-                             "result": {"fields": {"path": "file", "content": "text"}}}, ws)
+    cmd = expert(
+        "command",
+        {
+            "argv": [PYTHON, str(FAKE_CLI), "jsonl", "{{ term }}"],
+            "output": "jsonl",
+            "result": {"fields": {"path": "file", "content": "text"}},
+        },
+        ws,
+    )
     got = await call(cmd, query(ws, 'where is "PaymentGateway"'))
     assert {(e.project, e.path, e.start_line) for e in got} >= {("alpha", "src/alpha.py", 6)}
 
 
 async def test_command_question_never_becomes_an_option_or_a_shell_word(ws: Workspace) -> None:
-    echo = {"argv": [PYTHON, str(FAKE_CLI), "echo", "{{ term }}"], "output": "jsonl",
-            "result": {"fields": {"path": "file", "content": "text"}}}
+    echo = {
+        "argv": [PYTHON, str(FAKE_CLI), "echo", "{{ term }}"],
+        "output": "jsonl",
+        "result": {"fields": {"path": "file", "content": "text"}},
+    }
     with pytest.raises(ExpertUnconfigured, match="option"):
         expert("command", echo, ws).plan(query(ws, 'find "--pre=touch /tmp/pwned"'))
     after_dashes = {**echo, "argv": [PYTHON, str(FAKE_CLI), "echo", "--", "{{ term }}"]}

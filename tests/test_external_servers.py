@@ -42,8 +42,11 @@ async def test_mcp_server_git_from_pypi_fires_beside_the_git_expert(ws: Workspac
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
-    config = copy_config(tmp_path / "config", experts={"mcp-server-git": repo_entry("mcp-server-git", enabled=True)},
-                         classes={"history": {"mcp-server-git": 0.9}})
+    config = copy_config(
+        tmp_path / "config",
+        experts={"mcp-server-git": repo_entry("mcp-server-git", enabled=True)},
+        classes={"history": {"mcp-server-git": 0.9}},
+    )
     response = await ask(config, ws, "history", 'when was "PaymentGateway" added')
     receipt = response["receipt"]
     assert receipt["per_expert"]["mcp-server-git"]["status"] == "ok", receipt["per_expert"]
@@ -66,9 +69,14 @@ def _need_filesystem_server() -> None:
 
 async def test_filesystem_server_from_npm_search_files(ws: Workspace) -> None:
     _need_filesystem_server()
-    settings = {"command": ["node", str(FS_SERVER), "{{ root }}"], "tool": "search_files", "per_project": True,
-                "required": ["term"], "arguments": {"path": "{{ root }}", "pattern": "**/*{{ term }}*"},
-                "result": {"format": "text", "kind": "file", "pattern": r"^(?P<path>/[^\n]+)$"}}
+    settings = {
+        "command": ["node", str(FS_SERVER), "{{ root }}"],
+        "tool": "search_files",
+        "per_project": True,
+        "required": ["term"],
+        "arguments": {"path": "{{ root }}", "pattern": "**/*{{ term }}*"},
+        "result": {"format": "text", "kind": "file", "pattern": r"^(?P<path>/[^\n]+)$"},
+    }
     fs = expert("mcp", settings, ws, precision="structural")
     try:
         got = await call(fs, query(ws, 'open "util_alpha.py"'))
@@ -96,10 +104,19 @@ async def test_external_failures_are_classified_and_the_others_still_answer(ws: 
             settings["command"] = [str(tmp_path / "not-installed-server")]
         if name == "ext-malformed":
             settings["result"] = {"format": "json", "items": "results"}
-        experts[name] = {"adapter": "mcp", "precision_class": "lexical", "timeout_ms": timeout_ms,
-                         "freshness": "live", "settings": settings}
-    config = copy_config(tmp_path / "config", experts=experts, classes={"identifier": {n: 0.8 for n in SCENARIOS}},
-                         gate={"max_experts": 8})
+        experts[name] = {
+            "adapter": "mcp",
+            "precision_class": "lexical",
+            "timeout_ms": timeout_ms,
+            "freshness": "live",
+            "settings": settings,
+        }
+    config = copy_config(
+        tmp_path / "config",
+        experts=experts,
+        classes={"identifier": {n: 0.8 for n in SCENARIOS}},
+        gate={"max_experts": 8},
+    )
     budget_ms = 15000
     started = time.perf_counter()
     response = await ask(config, ws, "identifier", 'where is "PaymentGateway"', budget={"latency_ms": budget_ms})

@@ -28,31 +28,56 @@ NODES = [
 ]
 
 
-def _config(tmp_path: Path, nodes: list[dict] | None = None, slow_ms: int = 300, slow_timeout: int = 5000,
-            fast_ms: int = 0) -> Path:
+def _config(
+    tmp_path: Path, nodes: list[dict] | None = None, slow_ms: int = 300, slow_timeout: int = 5000, fast_ms: int = 0
+) -> Path:
     cfg = tmp_path / "cfg"
     (cfg / "pipelines").mkdir(parents=True)
-    experts = {"version": 1, "experts": {
-        "slow": {"adapter": "fake", "precision_class": "lexical", "timeout_ms": slow_timeout,
-                 "settings": {"delay_ms": slow_ms}},
-        "fast": {"adapter": "fake", "precision_class": "semantic", "timeout_ms": 5000,
-                 "settings": {"delay_ms": fast_ms}},
-    }}
-    priors = {"version": 1, "classifier": {"abstain_below": 0.0}, "default_experts": ["slow", "fast"],
-              "gate": {"min_prior": 0.1}, "fusion": {"k": 60},
-              "classes": {c: {"slow": 1.0, "fast": 0.5} for c in
-                          ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history")}}
+    experts = {
+        "version": 1,
+        "experts": {
+            "slow": {
+                "adapter": "fake",
+                "precision_class": "lexical",
+                "timeout_ms": slow_timeout,
+                "settings": {"delay_ms": slow_ms},
+            },
+            "fast": {
+                "adapter": "fake",
+                "precision_class": "semantic",
+                "timeout_ms": 5000,
+                "settings": {"delay_ms": fast_ms},
+            },
+        },
+    }
+    priors = {
+        "version": 1,
+        "classifier": {"abstain_below": 0.0},
+        "default_experts": ["slow", "fast"],
+        "gate": {"min_prior": 0.1},
+        "fusion": {"k": 60},
+        "classes": {
+            c: {"slow": 1.0, "fast": 0.5}
+            for c in ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history")
+        },
+    }
     (cfg / "experts.yaml").write_text(yaml.safe_dump(experts))
     (cfg / "priors.yaml").write_text(yaml.safe_dump(priors))
-    pipe = {"version": 1, "name": "diamond", "class": "conceptual", "description": "test diamond pipeline",
-            "nodes": nodes or NODES}
+    pipe = {
+        "version": 1,
+        "name": "diamond",
+        "class": "conceptual",
+        "description": "test diamond pipeline",
+        "nodes": nodes or NODES,
+    }
     (cfg / "pipelines" / "diamond.yaml").write_text(yaml.safe_dump(pipe))
     return cfg
 
 
 def _ev(path: str, line: int, score: float = 1.0) -> Evidence:
-    return Evidence(project="ws", path=path, kind="chunk", start_line=line, end_line=line + 2, content=path,
-                    score=score)
+    return Evidence(
+        project="ws", path=path, kind="chunk", start_line=line, end_line=line + 2, content=path, score=score
+    )
 
 
 def _run(cfg: Path, tmp_path: Path, handlers: dict, question: str = "find the retry policy please") -> dict:
@@ -83,8 +108,11 @@ def _run(cfg: Path, tmp_path: Path, handlers: dict, question: str = "find the re
 
 def test_fanouts_run_concurrently_and_fuse_both(tmp_path: Path) -> None:
     cfg = _config(tmp_path, slow_ms=400, fast_ms=400)
-    resp = _run(cfg, tmp_path, {"slow": lambda q: [_ev("a.py", 1), _ev("b.py", 10)],
-                                "fast": lambda q: [_ev("a.py", 2), _ev("c.py", 5)]})
+    resp = _run(
+        cfg,
+        tmp_path,
+        {"slow": lambda q: [_ev("a.py", 1), _ev("b.py", 10)], "fast": lambda q: [_ev("a.py", 2), _ev("c.py", 5)]},
+    )
     # two 400 ms experts in two parallel fan-out nodes: together well under the 800 ms a serial run needs
     assert resp["receipt"]["budget"]["spent"]["latency_ms"] < 700
     assert abs(resp["_started"]["slow"] - resp["_started"]["fast"]) < 0.2
@@ -127,14 +155,22 @@ def test_deterministic_output(tmp_path: Path) -> None:
     assert [(i["id"], i["score"]) for i in a] == [(i["id"], i["score"]) for i in b]
 
 
-@pytest.mark.parametrize("nodes,match", [
-    ([{"id": "a", "kind": "classify", "after": ["b"]}, {"id": "b", "kind": "gate", "after": ["a"]}], "cycle"),
-    ([{"id": "a", "kind": "teleport"}], "unknown kind 'teleport'"),
-    ([{"id": "a", "kind": "classify", "after": ["ghost"]}], "unknown node 'ghost'"),
-    ([{"id": "a", "kind": "classify"}, {"id": "f", "kind": "fuse", "after": ["a"]}], "needs a score node upstream"),
-    ([{"id": "a", "kind": "classify"}, {"id": "g", "kind": "gate", "after": ["a"], "settings": {"experts": ["nope"]}}],
-     "unknown expert 'nope'"),
-])
+@pytest.mark.parametrize(
+    "nodes,match",
+    [
+        ([{"id": "a", "kind": "classify", "after": ["b"]}, {"id": "b", "kind": "gate", "after": ["a"]}], "cycle"),
+        ([{"id": "a", "kind": "teleport"}], "unknown kind 'teleport'"),
+        ([{"id": "a", "kind": "classify", "after": ["ghost"]}], "unknown node 'ghost'"),
+        ([{"id": "a", "kind": "classify"}, {"id": "f", "kind": "fuse", "after": ["a"]}], "needs a score node upstream"),
+        (
+            [
+                {"id": "a", "kind": "classify"},
+                {"id": "g", "kind": "gate", "after": ["a"], "settings": {"experts": ["nope"]}},
+            ],
+            "unknown expert 'nope'",
+        ),
+    ],
+)
 def test_invalid_graphs_fail_before_anything_runs(tmp_path: Path, nodes: list[dict], match: str) -> None:
     cfg = load_config(_config(tmp_path, nodes=nodes))
     with pytest.raises(GraphError if "expert" not in match else SpecError, match=match):
@@ -165,11 +201,13 @@ def test_config_version_is_stable_and_sensitive(tmp_path: Path) -> None:
     cfg_dir = _config(tmp_path)
     v1 = load_config(cfg_dir)
     v2 = load_config(cfg_dir)
-    assert v1.config_version(v1.pipelines["diamond"], rules_fingerprint()) == \
-        v2.config_version(v2.pipelines["diamond"], rules_fingerprint())
+    assert v1.config_version(v1.pipelines["diamond"], rules_fingerprint()) == v2.config_version(
+        v2.pipelines["diamond"], rules_fingerprint()
+    )
     data = yaml.safe_load((cfg_dir / "priors.yaml").read_text())
     data["classes"]["docs"]["fast"] = 0.55
     (cfg_dir / "priors.yaml").write_text(yaml.safe_dump(data))
     v3 = load_config(cfg_dir)
-    assert v3.config_version(v3.pipelines["diamond"], rules_fingerprint()) != \
-        v1.config_version(v1.pipelines["diamond"], rules_fingerprint())
+    assert v3.config_version(v3.pipelines["diamond"], rules_fingerprint()) != v1.config_version(
+        v1.pipelines["diamond"], rules_fingerprint()
+    )

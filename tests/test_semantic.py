@@ -15,12 +15,18 @@ from engine.workspace import Workspace
 from .helpers import ask
 
 
-def test_conceptual_question_without_identifiers_finds_the_implementation(workspace_dir: Path,
-                                                                          config_dir: Path) -> None:
+def test_conceptual_question_without_identifiers_finds_the_implementation(
+    workspace_dir: Path, config_dir: Path
+) -> None:
     ws, cfg = Workspace.open([workspace_dir]), load_config(config_dir)
     index_workspace(ws, cfg, only=["bm25", "semantic"], progress=False)
-    r = ask(config_dir, workspace_dir, "how often is a failed network call attempted again", intent="conceptual",
-            mode="separate")
+    r = ask(
+        config_dir,
+        workspace_dir,
+        "how often is a failed network call attempted again",
+        intent="conceptual",
+        mode="separate",
+    )
     sem = r.response["separate"]["semantic"]
     assert sem["status"] == "ok"
     assert sem["items"][0]["path"] == "alpha/retry.py"
@@ -40,8 +46,9 @@ def test_interrupted_embedding_leaves_a_partial_but_usable_index(workspace_dir: 
         raise KeyboardInterrupt  # what Ctrl-C does between two batches
 
     with pytest.raises(KeyboardInterrupt):
-        update_index("semantic", expert.indexer(), ws, scan_workspace(ws), batch_files=2,
-                     progress=stop_after_first_batch)
+        update_index(
+            "semantic", expert.indexer(), ws, scan_workspace(ws), batch_files=2, progress=stop_after_first_batch
+        )
     r = ask(config_dir, workspace_dir, "retry policy with exponential backoff", intent="conceptual")
     sem = r.response["receipt"]["per_expert"]["semantic"]
     assert sem["status"] == "ok"
@@ -60,8 +67,7 @@ def test_file_summary_units_embed_one_vector_per_file(workspace_dir: Path, confi
     ws, cfg = Workspace.open([workspace_dir]), load_config(config_dir)
     (rep,) = index_workspace(ws, cfg, only=["semantic"], progress=False)
     assert rep.units == rep.added  # one unit per file
-    r = ask(config_dir, workspace_dir, "exponential backoff for failed requests", intent="conceptual",
-            mode="separate")
+    r = ask(config_dir, workspace_dir, "exponential backoff for failed requests", intent="conceptual", mode="separate")
     top = r.response["separate"]["semantic"]["items"][0]
     assert top["kind"] == "file" and top["path"] == "alpha/retry.py"
     assert "RetryPolicy.should_retry" in top["content"]

@@ -64,8 +64,9 @@ async def test_stdio_tools_router_receipt_feedback_and_hot_reload(ws: Workspace,
         missing = await client.call_tool("receipt", {"receipt_id": "nope"})
         assert missing.is_error and missing.content[0].text.startswith("not_found")
         useful = [response["items"][0]["id"]]
-        fb = await client.call_tool("feedback", {"receipt_id": receipt["receipt_id"], "useful_item_ids": useful,
-                                                  "note": "first hit was it"})
+        fb = await client.call_tool(
+            "feedback", {"receipt_id": receipt["receipt_id"], "useful_item_ids": useful, "note": "first hit was it"}
+        )
         assert not fb.is_error
 
         bad = await client.call_tool("router", {"question": "   "})
@@ -86,8 +87,9 @@ async def test_stdio_tools_router_receipt_feedback_and_hot_reload(ws: Workspace,
         third = (await client.call_tool("identifier", {"question": QUESTION})).structured_content
         assert third["receipt"]["config_version"] == second["receipt"]["config_version"]
     # the server flushed on shutdown: feedback is in DuckDB
-    rows = Store(ws.data_dir).query("SELECT receipt_id, useful_item_ids, note FROM feedback WHERE receipt_id = ?",
-                                    [receipt["receipt_id"]])
+    rows = Store(ws.data_dir).query(
+        "SELECT receipt_id, useful_item_ids, note FROM feedback WHERE receipt_id = ?", [receipt["receipt_id"]]
+    )
     assert rows and json.loads(rows[0][1]) == useful and rows[0][2] == "first hit was it"
 
 
@@ -100,8 +102,11 @@ def free_port() -> int:
 @pytest.fixture
 def http_server(ws: Workspace, tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([PYTHON, *serve_argv(ws, REPO, "--transport", "http", "--port", str(port),
-                                                  "--token", "s3cret")], stderr=subprocess.PIPE, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [PYTHON, *serve_argv(ws, REPO, "--transport", "http", "--port", str(port), "--token", "s3cret")],
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         deadline = time.monotonic() + 30
@@ -144,8 +149,20 @@ def test_non_loopback_bind_requires_a_token(ws: Workspace) -> None:
 
     from engine.cli import app
 
-    out = CliRunner().invoke(app, ["serve", "--workspace", str(ws.roots[0]), "--config-dir", str(REPO),
-                                   "--transport", "http", "--host", "0.0.0.0"])
+    out = CliRunner().invoke(
+        app,
+        [
+            "serve",
+            "--workspace",
+            str(ws.roots[0]),
+            "--config-dir",
+            str(REPO),
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+        ],
+    )
     assert out.exit_code == 2 and "requires --token" in out.output
 
 
@@ -172,16 +189,35 @@ async def test_answer_size_cap_drops_lowest_ranked_items_and_says_so(ws: Workspa
 
 
 def test_size_cap_in_separate_mode_trims_the_longest_list_first() -> None:
-    receipt = {"receipt_id": "r1", "status": "ok", "config_version": "c" * 64, "classifier": {},
-               "budget": {"spent": {"latency_ms": 1.0}}, "per_expert": {}}
+    receipt = {
+        "receipt_id": "r1",
+        "status": "ok",
+        "config_version": "c" * 64,
+        "classifier": {},
+        "budget": {"spent": {"latency_ms": 1.0}},
+        "per_expert": {},
+    }
 
     def item(rank: int) -> dict[str, Any]:
-        return {"id": f"i{rank}", "rank": rank, "path": f"f{rank}.py", "project": "p", "kind": "chunk",
-                "range": {"start_line": 1, "end_line": 2}, "content": "x" * 200, "score": 1.0 / rank}
+        return {
+            "id": f"i{rank}",
+            "rank": rank,
+            "path": f"f{rank}.py",
+            "project": "p",
+            "kind": "chunk",
+            "range": {"start_line": 1, "end_line": 2},
+            "content": "x" * 200,
+            "score": 1.0 / rank,
+        }
 
-    response = {"items": [], "receipt": receipt,
-                "separate": {"long": {"status": "ok", "items": [item(r) for r in range(1, 9)]},
-                             "short": {"status": "ok", "items": [item(r) for r in range(1, 3)]}}}
+    response = {
+        "items": [],
+        "receipt": receipt,
+        "separate": {
+            "long": {"status": "ok", "items": [item(r) for r in range(1, 9)]},
+            "short": {"status": "ok", "items": [item(r) for r in range(1, 3)]},
+        },
+    }
     full, _ = fit_answer(response, "toon")
     text, out = fit_answer(response, "toon", max_chars=len(full) + 2600)
     kept = {name: [it["rank"] for it in s["items"]] for name, s in out["separate"].items()}

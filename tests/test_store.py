@@ -33,8 +33,14 @@ anyio.run(main)
 def test_four_processes_lose_no_receipt(tmp_path: Path, config_dir: Path) -> None:
     ws = make_repo(tmp_path / "repo", {"a.py": "needle = 1\n", "b.py": "x = 'needle'\n"})
     runs, procs = 200, 4
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(config_dir), str(ws), str(runs), f"p{i}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(procs)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(config_dir), str(ws), str(runs), f"p{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(procs)
+    ]
     for w in workers:
         _, err = w.communicate(timeout=600)
         assert w.returncode == 0, err.decode()[-2000:]
@@ -79,8 +85,15 @@ def test_receipt_survives_a_javascript_round_trip(tmp_path: Path) -> None:
     """JSON.stringify prints 1.0 as 1: a receipt re-serialised by a JS client must still verify."""
     from engine.receipts import load_or_create_key, sign
 
-    r = sign({"receipt_id": "y" * 32, "budget": {"latency_ms": 120.0, "k": 60}, "w": {"bm25": 1.0, "x": 0.7},
-              "tiny": 1.234567e-05}, load_or_create_key(tmp_path))
+    r = sign(
+        {
+            "receipt_id": "y" * 32,
+            "budget": {"latency_ms": 120.0, "k": 60},
+            "w": {"bm25": 1.0, "x": 0.7},
+            "tiny": 1.234567e-05,
+        },
+        load_or_create_key(tmp_path),
+    )
 
     def js_like(v):  # noqa: ANN001, ANN202 - what JSON.parse + JSON.stringify do to numbers
         if isinstance(v, float) and v.is_integer():

@@ -41,16 +41,20 @@ def test_exact_qualified_name_ranks_before_a_bare_name_match(symws: Path, config
     assert items[0].score == 1.0 and all(e.score < 1.0 for e in items[1:])
     _, items = ask_expert(config_dir, symws, "symbols", "where is Server.Start defined")  # Go receiver method
     assert where(items) == [("billing", "svc/server.go", "Server.Start")]
-    _, items = ask_expert(config_dir, symws, "symbols", "where is the ledger class declared",
-                          klass="typed-symbol")  # a plain word: case-insensitive whole-name match only
+    _, items = ask_expert(
+        config_dir, symws, "symbols", "where is the ledger class declared", klass="typed-symbol"
+    )  # a plain word: case-insensitive whole-name match only
     assert where(items) == [("billing", "java/Ledger.java", "Ledger")]
 
 
 def test_subclasses_two_levels_and_across_languages(symws: Path, config_dir: Path) -> None:
     plan, items = ask_expert(config_dir, symws, "symbols", "what subclasses Order")
     assert plan["mode"] == "subclasses"
-    assert where(items) == [("billing", "billing/models.py", "Refund"), ("shop", "shop/special.py", "RushOrder"),
-                            ("shop", "shop/special.py", "ExpressOrder")]
+    assert where(items) == [
+        ("billing", "billing/models.py", "Refund"),
+        ("shop", "shop/special.py", "RushOrder"),
+        ("shop", "shop/special.py", "ExpressOrder"),
+    ]
     assert items[-1].score < items[0].score  # a subclass of a subclass ranks after direct ones
     _, items = ask_expert(config_dir, symws, "symbols", "what implements Payable")
     assert where(items) == [("billing", "web/invoice.ts", "Invoice")]
@@ -62,8 +66,10 @@ def test_references_name_the_caller(symws: Path, config_dir: Path) -> None:
     assert plan["mode"] == "references"
     refs = [e for e in items if e.meta["role"] == "reference"]
     # structural analysis cannot tell order.total() from fake.total(): both come back
-    assert {(e.path, e.start_line, e.symbol) for e in refs} >= {("shop/services.py", 11, "checkout"),
-                                                                ("shop/services.py", 16, "preview")}
+    assert {(e.path, e.start_line, e.symbol) for e in refs} >= {
+        ("shop/services.py", 11, "checkout"),
+        ("shop/services.py", 16, "preview"),
+    }
     checkout = next(e for e in refs if e.symbol == "checkout")
     assert checkout.content == "return order.total()" and checkout.meta["target"] == "order.total"
     _, items = ask_expert(config_dir, symws, "symbols", "who references Order")
@@ -126,8 +132,20 @@ def test_router_routes_definition_questions_to_symbols(symws: Path, config_dir: 
 
 def test_engine_index_cli_builds_the_symbols_index(tmp_path: Path, config_dir: Path) -> None:
     ws = make_workspace(tmp_path)
-    argv = [sys.executable, "-m", "engine.cli", "index", "--workspace", str(ws), "--config-dir", str(config_dir),
-            "--only", "symbols", "--only", "docs"]
+    argv = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "index",
+        "--workspace",
+        str(ws),
+        "--config-dir",
+        str(config_dir),
+        "--only",
+        "symbols",
+        "--only",
+        "docs",
+    ]
     res = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert (ws / ".engine" / "index" / "symbols" / "symbols.sqlite3").is_file()

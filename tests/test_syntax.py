@@ -100,7 +100,10 @@ def test_python_definitions_references_bases() -> None:
     assert d["Outer.Inner"].enclosing == "Outer"
     method = d["Outer.Inner.method"]
     assert (method.kind, method.start_line, method.end_line, method.enclosing) == (
-        "method", 14, 15, "Outer.Inner",
+        "method",
+        14,
+        15,
+        "Outer.Inner",
     )
     size = d["Outer.size"]
     assert (size.kind, size.start_line, size.end_line) == ("method", 17, 19)  # decorator included
@@ -214,7 +217,9 @@ def test_javascript_classes_functions_calls() -> None:
     d = defs(found)
     assert d["Widget"].bases == ("ui.Component",)
     assert (d["Widget.render"].kind, d["Widget.render"].start_line, d["Widget.render"].end_line) == (
-        "method", 2, 4,
+        "method",
+        2,
+        4,
     )
     assert d["format"].kind == "function" and d["format"].start_line == 7
     assert d["main"].kind == "function"
@@ -431,7 +436,8 @@ def test_markdown_sections_with_heading_paths() -> None:
     assert found[2].text.startswith("# README.md :: Project > Install > From source\n### From source")
     section_tags = defs(tags("README.md", MARKDOWN))
     assert (section_tags["Project > Install"].end_line, section_tags["Project > Install"].enclosing) == (
-        16, "Project",
+        16,
+        "Project",
     )
 
 
@@ -478,7 +484,9 @@ def test_unknown_text_is_windowed_with_overlap() -> None:
     text = "".join(f"line {i}\n" for i in range(1, 131)).encode()
     found = chunks("notes.txt", text)
     assert [(c.kind, c.start_line, c.end_line) for c in found] == [
-        ("window", 1, 60), ("window", 51, 110), ("window", 101, 130),
+        ("window", 1, 60),
+        ("window", 51, 110),
+        ("window", 101, 130),
     ]
     assert tags("notes.txt", text) == []
 

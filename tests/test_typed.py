@@ -20,11 +20,17 @@ def typedws(tmp_path: Path, config_dir: Path) -> Path:
 def test_definitions_resolve_full_names_in_every_project(typedws: Path, config_dir: Path) -> None:
     plan, items = ask_expert(config_dir, typedws, "typed", "where is Order defined")
     assert plan["analysis"] == "jedi"
-    assert where(items) == [("billing", "billing/models.py", "billing.models.Order"),
-                            ("shop", "shop/models.py", "shop.models.Order")]
+    assert where(items) == [
+        ("billing", "billing/models.py", "billing.models.Order"),
+        ("shop", "shop/models.py", "shop.models.Order"),
+    ]
     assert (items[1].start_line, items[1].end_line) == (8, 12)
-    assert items[1].meta == {"kind": "class", "role": "definition", "full_name": "shop.models.Order",
-                             "analysis": "jedi"}
+    assert items[1].meta == {
+        "kind": "class",
+        "role": "definition",
+        "full_name": "shop.models.Order",
+        "analysis": "jedi",
+    }
     # only Python: the Go method is not the typed expert's to answer
     _, items = ask_expert(config_dir, typedws, "typed", "where is Server.Start defined")
     assert items == []
@@ -38,18 +44,22 @@ def test_references_are_resolved_not_name_matched(typedws: Path, config_dir: Pat
     assert refs[0].meta["target"] == "shop.models.Order.total"
     _, items = ask_expert(config_dir, typedws, "typed", "who references Order")
     got = {(e.project, e.path, e.start_line, e.meta["target"]) for e in items if e.meta["role"] == "reference"}
-    assert got >= {("shop", "shop/services.py", 10, "shop.models.Order"),
-                   ("shop", "shop/special.py", 4, "shop.models.Order"),
-                   ("billing", "billing/models.py", 8, "billing.models.Order")}
+    assert got >= {
+        ("shop", "shop/services.py", 10, "shop.models.Order"),
+        ("shop", "shop/special.py", 4, "shop.models.Order"),
+        ("billing", "billing/models.py", 8, "billing.models.Order"),
+    }
 
 
 def test_subclasses_confirmed_by_resolving_the_base(typedws: Path, config_dir: Path) -> None:
     _, items = ask_expert(config_dir, typedws, "typed", "what subclasses RushOrder")
     assert where(items) == [("shop", "shop/special.py", "shop.special.ExpressOrder")]
     _, items = ask_expert(config_dir, typedws, "typed", "what subclasses Order")
-    assert where(items) == [("billing", "billing/models.py", "billing.models.Refund"),
-                            ("shop", "shop/special.py", "shop.special.RushOrder"),
-                            ("shop", "shop/special.py", "shop.special.ExpressOrder")]
+    assert where(items) == [
+        ("billing", "billing/models.py", "billing.models.Refund"),
+        ("shop", "shop/special.py", "shop.special.RushOrder"),
+        ("shop", "shop/special.py", "shop.special.ExpressOrder"),
+    ]
 
 
 def test_typed_plus_structural_is_hybrid_confirmed_and_names_both(typedws: Path, config_dir: Path) -> None:
@@ -59,8 +69,12 @@ def test_typed_plus_structural_is_hybrid_confirmed_and_names_both(typedws: Path,
     assert per["typed"]["status"] == "ok" and per["symbols"]["status"] == "ok"
     assert per["typed"]["precision_class"] == "typed" and per["symbols"]["precision_class"] == "structural"
     for project, path, line in (("shop", "shop/models.py", 8), ("billing", "billing/models.py", 1)):
-        it = next(it for it in r.response["items"] if (it["project"], it["path"]) == (project, path)
-                  and it["range"]["start_line"] <= line <= it["range"]["end_line"])
+        it = next(
+            it
+            for it in r.response["items"]
+            if (it["project"], it["path"]) == (project, path)
+            and it["range"]["start_line"] <= line <= it["range"]["end_line"]
+        )
         experts = {s["expert"] for s in it["sources"]}
         assert {"typed", "symbols"} <= experts
         assert it["tier"] == "hybrid-confirmed"  # one typed source only: never typed-graph-confirmed

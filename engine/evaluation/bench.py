@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,9 @@ from ..workspace import Workspace, is_test_file, language_of
 from .arms import index_backed
 from .metrics import percentiles
 
-_DEF = re.compile(rb"^\s*(?:async\s+)?(?:def|class|function|func|fn|struct|interface|type|trait)\s+([A-Za-z_]\w{3,})",
-                  re.M)
+_DEF = re.compile(
+    rb"^\s*(?:async\s+)?(?:def|class|function|func|fn|struct|interface|type|trait)\s+([A-Za-z_]\w{3,})", re.M
+)
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 
 
@@ -75,8 +76,10 @@ def load_questions(path: Path) -> list[dict[str, Any]]:
 
 def generate_questions(ws: Workspace, n: int) -> list[dict[str, Any]]:
     """Deterministic questions from the workspace's own definitions, spread over four shapes."""
-    files = sorted((f for f in scan_workspace(ws).values() if language_of(f.path) and not is_test_file(f.path)),
-                   key=lambda f: f.key)
+    files = sorted(
+        (f for f in scan_workspace(ws).values() if language_of(f.path) and not is_test_file(f.path)),
+        key=lambda f: f.key,
+    )
     roots = {p.name: p.root for p in ws.projects}
     rng = random.Random(0)
     rng.shuffle(files)
@@ -91,9 +94,16 @@ def generate_questions(ws: Workspace, n: int) -> list[dict[str, Any]]:
             names.append((rng.choice(found), f.path))
         if len(names) >= n:
             break
-    shapes = [lambda x, p: f"where is {x} defined", lambda x, p: f'"{x}"', lambda x, p: f"who calls {x}",
-              lambda x, p: "code that handles " + " ".join(w.lower() for w in _WORDS.findall(x)) +
-              f" in {Path(p).stem.replace('_', ' ')}"]
+    shapes = [
+        lambda x, p: f"where is {x} defined",
+        lambda x, p: f'"{x}"',
+        lambda x, p: f"who calls {x}",
+        lambda x, p: (
+            "code that handles "
+            + " ".join(w.lower() for w in _WORDS.findall(x))
+            + f" in {Path(p).stem.replace('_', ' ')}"
+        ),
+    ]
     return [{"question": shapes[i % len(shapes)](x, p)} for i, (x, p) in enumerate(names)]
 
 
@@ -103,9 +113,13 @@ def _index(ws: Workspace, cfg: Any, progress: bool) -> dict[str, Any]:
     per = {}
     for r in reports:
         busy = r.seconds > 0 and r.added > 0  # an index with nothing to do has no throughput
-        per[r.name] = {"files": r.added, "chunks": r.units, "seconds": round(r.seconds, 2),
-                       "files_per_s": round(r.added / r.seconds, 1) if busy else None,
-                       "chunks_per_s": round(r.units / r.seconds, 1) if busy else None}
+        per[r.name] = {
+            "files": r.added,
+            "chunks": r.units,
+            "seconds": round(r.seconds, 2),
+            "files_per_s": round(r.added / r.seconds, 1) if busy else None,
+            "chunks_per_s": round(r.units / r.seconds, 1) if busy else None,
+        }
     return {"total_s": round(time.perf_counter() - started, 2), "per_index": per}
 
 
@@ -137,9 +151,13 @@ async def _latency(router: Router, pipeline: str, questions: list[dict[str, Any]
     router.flush(ingest=True)  # cache rows must be in DuckDB before they can hit
     for q in sample:
         cached.append((await once(q, no_cache=False))[0])
-    return {"end_to_end_ms": percentiles(e2e), "router_overhead_ms": percentiles(overhead),
-            "experts_ms": {n: percentiles(v) for n, v in sorted(experts.items())},
-            "cached_end_to_end_ms": percentiles(cached), "errors": errors}
+    return {
+        "end_to_end_ms": percentiles(e2e),
+        "router_overhead_ms": percentiles(overhead),
+        "experts_ms": {n: percentiles(v) for n, v in sorted(experts.items())},
+        "cached_end_to_end_ms": percentiles(cached),
+        "errors": errors,
+    }
 
 
 async def _freshness(router: Router, ws: Workspace, cfg: Any, pipeline: str) -> dict[str, Any]:
@@ -172,9 +190,14 @@ async def _freshness(router: Router, ws: Workspace, cfg: Any, pipeline: str) -> 
                 break
             await anyio.sleep(0.05)
         by_index = [found_at[n] for n in indexed if n in found_at]
-        return {"index_update_ms": round(index_ms, 1), "query_ms": round(query_ms, 1),
-                "save_to_searchable_ms": found_at, "save_to_indexed_searchable_ms": max(by_index) if by_index else None,
-                "index_experts": sorted(indexed), "file": f"{project.name}:{rel}"}
+        return {
+            "index_update_ms": round(index_ms, 1),
+            "query_ms": round(query_ms, 1),
+            "save_to_searchable_ms": found_at,
+            "save_to_indexed_searchable_ms": max(by_index) if by_index else None,
+            "index_experts": sorted(indexed),
+            "file": f"{project.name}:{rel}",
+        }
     except OSError as exc:
         return {"skipped": f"cannot write a probe file: {exc}"}
     finally:
@@ -191,8 +214,9 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         ws = Workspace.open(opts.workspaces, data_dir=data_dir)
         cfg = load_config(opts.config_dir)
         index = _index(ws, cfg, opts.progress)
-        questions = load_questions(opts.questions_file) if opts.questions_file else \
-            generate_questions(ws, opts.n_questions)
+        questions = (
+            load_questions(opts.questions_file) if opts.questions_file else generate_questions(ws, opts.n_questions)
+        )
         if not questions:
             raise ValueError("no questions: pass --questions FILE (the workspace has no definitions to ask about)")
         router = Router(opts.config_dir, ws, arm="bench")
@@ -213,29 +237,50 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
             shutil.rmtree(data_dir, ignore_errors=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "workspace": [str(p) for p in ws.roots], "projects": [p.name for p in ws.projects], "files": files,
-            "questions": len(questions), "rounds": opts.rounds, "index": index, **latency, "freshness": fresh,
-            # children: the largest single child (rg, git); Linux may count a forked child's pre-exec pages
-            "peak_rss_mb": {"self": round(rss, 1), "largest_child": round(rss_children, 1)}}
+    return {
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "workspace": [str(p) for p in ws.roots],
+        "projects": [p.name for p in ws.projects],
+        "files": files,
+        "questions": len(questions),
+        "rounds": opts.rounds,
+        "index": index,
+        **latency,
+        "freshness": fresh,
+        # children: the largest single child (rg, git); Linux may count a forked child's pre-exec pages
+        "peak_rss_mb": {"self": round(rss, 1), "largest_child": round(rss_children, 1)},
+    }
 
 
 def bench_table(r: dict[str, Any]) -> str:
     """The bench result as a markdown table (what docs/benchmarks.md shows)."""
+
     def pc(p: dict[str, Any], *keys: str) -> str:
         return " / ".join("–" if p.get(k) is None else f"{p[k]:.1f}" for k in keys)
-    rows = [("workspace", f"{', '.join(r['projects'])} ({r['files']} files)"),
-            ("questions × rounds", f"{r['questions']} × {r['rounds']} (after one warm-up pass)"),
-            ("index, cold (total)", f"{r['index']['total_s']} s")]
+
+    rows = [
+        ("workspace", f"{', '.join(r['projects'])} ({r['files']} files)"),
+        ("questions × rounds", f"{r['questions']} × {r['rounds']} (after one warm-up pass)"),
+        ("index, cold (total)", f"{r['index']['total_s']} s"),
+    ]
     for name, i in r["index"]["per_index"].items():
         if not i["files"]:
             rows.append((f"index `{name}`", "no files it indexes"))
             continue
-        rows.append((f"index `{name}`", (f"{i['files']} files, {i['chunks']} chunks in {i['seconds']} s: "
-                                         f"{i['files_per_s']} files/s, {i['chunks_per_s']} chunks/s")))
-    rows += [("end to end, warm, cache off: p50 / p95 / p99 ms", pc(r["end_to_end_ms"], "p50", "p95", "p99")),
-             ("router overhead (end to end − slowest expert): p50 / p99 ms", pc(r["router_overhead_ms"], "p50", "p99")),
-             ("answer-cache hit: p50 / p95 ms", pc(r["cached_end_to_end_ms"], "p50", "p95"))]
+        rows.append(
+            (
+                f"index `{name}`",
+                (
+                    f"{i['files']} files, {i['chunks']} chunks in {i['seconds']} s: "
+                    f"{i['files_per_s']} files/s, {i['chunks_per_s']} chunks/s"
+                ),
+            )
+        )
+    rows += [
+        ("end to end, warm, cache off: p50 / p95 / p99 ms", pc(r["end_to_end_ms"], "p50", "p95", "p99")),
+        ("router overhead (end to end − slowest expert): p50 / p99 ms", pc(r["router_overhead_ms"], "p50", "p99")),
+        ("answer-cache hit: p50 / p95 ms", pc(r["cached_end_to_end_ms"], "p50", "p95")),
+    ]
     for name, p in r["experts_ms"].items():
         rows.append((f"expert `{name}`: p50 / p95 / p99 ms ({p['n']} calls)", pc(p, "p50", "p95", "p99")))
     f = r["freshness"]
@@ -243,7 +288,11 @@ def bench_table(r: dict[str, Any]) -> str:
         rows.append(("saved file → searchable", f"skipped: {f['skipped']}"))
     else:
         found = ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(f["save_to_searchable_ms"].items())) or "not found"
-        rows.append(("saved file → searchable (index update + query)",
-                     f"{found} (index update {f['index_update_ms']:.0f} ms, query {f['query_ms']:.0f} ms)"))
+        rows.append(
+            (
+                "saved file → searchable (index update + query)",
+                f"{found} (index update {f['index_update_ms']:.0f} ms, query {f['query_ms']:.0f} ms)",
+            )
+        )
     rows.append(("peak RSS of the engine process", f"{r['peak_rss_mb']['self']} MB"))
     return "\n".join(["| measure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])

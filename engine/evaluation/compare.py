@@ -36,8 +36,10 @@ class Check:
 
     def line(self) -> str:
         mark = "REGRESSION" if self.regression else "ok"
-        return (f"{mark:<10} {self.arm:<12} {self.group:<18} {self.metric:<14} {_num(self.base):>9} → "
-                f"{_num(self.new):<9} {self.rule}")
+        return (
+            f"{mark:<10} {self.arm:<12} {self.group:<18} {self.metric:<14} {_num(self.base):>9} → "
+            f"{_num(self.new):<9} {self.rule}"
+        )
 
 
 def _num(x: float | None) -> str:

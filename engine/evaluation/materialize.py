@@ -123,8 +123,9 @@ def materialize(snapshot: str, docs: list[Doc], home: Path, default_ext: str = "
     return SnapshotWorkspace(snapshot, root, project_dir, root / "data", dict(saved["paths"]), digest), made
 
 
-def index_snapshot(sw: SnapshotWorkspace, cfg: ConfigSet, experts: set[str], progress: bool = False
-                   ) -> list[IndexReport]:
+def index_snapshot(
+    sw: SnapshotWorkspace, cfg: ConfigSet, experts: set[str], progress: bool = False
+) -> list[IndexReport]:
     """Bring the snapshot's indexes for ``experts`` up to date (a no-op scan when already indexed)."""
     if not experts:
         return []

@@ -22,8 +22,14 @@ from typing import Any
 import numpy as np
 
 K = 10
-RANX_METRICS = {"ndcg@10": "ndcg@10", "mrr@10": "mrr@10", "recall@10": "recall@10",
-                "acc@1": "hit_rate@1", "acc@5": "hit_rate@5", "acc@10": "hit_rate@10"}
+RANX_METRICS = {
+    "ndcg@10": "ndcg@10",
+    "mrr@10": "mrr@10",
+    "recall@10": "recall@10",
+    "acc@1": "hit_rate@1",
+    "acc@5": "hit_rate@5",
+    "acc@10": "hit_rate@10",
+}
 
 
 @dataclass
@@ -51,11 +57,18 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p95": None, "p99": None, "mean": None, "n": 0}
     arr = np.asarray(values, dtype=float)
-    return {"p50": round(float(np.percentile(arr, 50)), 2), "p95": round(float(np.percentile(arr, 95)), 2),
-            "p99": round(float(np.percentile(arr, 99)), 2), "mean": round(float(arr.mean()), 2), "n": len(values)}
+    return {
+        "p50": round(float(np.percentile(arr, 50)), 2),
+        "p95": round(float(np.percentile(arr, 95)), 2),
+        "p99": round(float(np.percentile(arr, 99)), 2),
+        "mean": round(float(arr.mean()), 2),
+        "n": len(values),
+    }
 
 
-def selection_prf(selected: Sequence[str], gold: Sequence[str], kind_of: Mapping[str, str]) -> tuple[float, float, float]:
+def selection_prf(
+    selected: Sequence[str], gold: Sequence[str], kind_of: Mapping[str, str]
+) -> tuple[float, float, float]:
     """Precision, recall, F1 of the selected experts against the gold set, compared by adapter kind."""
     s = {kind_of.get(n, n) for n in selected}
     g = {kind_of.get(n, n) for n in gold}
@@ -68,7 +81,9 @@ def selection_prf(selected: Sequence[str], gold: Sequence[str], kind_of: Mapping
     return p, r, f
 
 
-def ranking_scores(results: Sequence[QueryResult], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, float]]:
+def ranking_scores(
+    results: Sequence[QueryResult], qrels: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, float]]:
     """``qid → {metric: value}`` from ranx, for every query of ``results``."""
     try:
         from ranx import Qrels, Run, evaluate
@@ -89,22 +104,37 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(float(np.mean(values)), 4) if values else None
 
 
-def group_summary(results: Sequence[QueryResult], scores: Mapping[str, Mapping[str, float]],
-                  gold_experts: Mapping[str, Sequence[str] | None], kind_of: Mapping[str, str]) -> dict[str, Any]:
+def group_summary(
+    results: Sequence[QueryResult],
+    scores: Mapping[str, Mapping[str, float]],
+    gold_experts: Mapping[str, Sequence[str] | None],
+    kind_of: Mapping[str, str],
+) -> dict[str, Any]:
     """Every metric for one group of queries of one arm."""
     out: dict[str, Any] = {"n": len(results)}
     for m in RANX_METRICS:
         out[m] = _mean([scores[r.qid][m] for r in results])
-    sel = [selection_prf(r.selected, gold_experts[r.qid] or (), kind_of) for r in results
-           if r.selected is not None and gold_experts.get(r.qid) is not None]
-    out["selection"] = {"precision": _mean([s[0] for s in sel]), "recall": _mean([s[1] for s in sel]),
-                        "f1": _mean([s[2] for s in sel]), "n": len(sel)}
+    sel = [
+        selection_prf(r.selected, gold_experts[r.qid] or (), kind_of)
+        for r in results
+        if r.selected is not None and gold_experts.get(r.qid) is not None
+    ]
+    out["selection"] = {
+        "precision": _mean([s[0] for s in sel]),
+        "recall": _mean([s[1] for s in sel]),
+        "f1": _mean([s[2] for s in sel]),
+        "n": len(sel),
+    }
     out["latency_ms"] = percentiles([r.latency_ms for r in results])
     overhead = [r.latency_ms - max(r.expert_latency_ms.values()) for r in results if r.expert_latency_ms]
     out["router_overhead_ms"] = percentiles(overhead)
     with_receipts = [r for r in results if r.receipt_ok is not None]
-    out["receipts"] = {"rate": round(sum(bool(r.receipt_ok) for r in with_receipts) / len(with_receipts), 4)
-                       if with_receipts else None, "n": len(with_receipts)}
+    out["receipts"] = {
+        "rate": round(sum(bool(r.receipt_ok) for r in with_receipts) / len(with_receipts), 4)
+        if with_receipts
+        else None,
+        "n": len(with_receipts),
+    }
     out["errors"] = sum(1 for r in results if r.error)
     return out
 
@@ -123,8 +153,12 @@ def expert_latency(results: Sequence[QueryResult]) -> dict[str, Any]:
     return out
 
 
-def arm_summary(results: Sequence[QueryResult], qrels: Mapping[str, Mapping[str, int]],
-                gold_experts: Mapping[str, Sequence[str] | None], kind_of: Mapping[str, str]) -> dict[str, Any]:
+def arm_summary(
+    results: Sequence[QueryResult],
+    qrels: Mapping[str, Mapping[str, int]],
+    gold_experts: Mapping[str, Sequence[str] | None],
+    kind_of: Mapping[str, str],
+) -> dict[str, Any]:
     """Overall and per-class metrics, per-expert latency and the classifier's agreement with gold classes."""
     scores = ranking_scores(results, qrels)
     classes: dict[str, list[QueryResult]] = {}

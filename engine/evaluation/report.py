@@ -13,7 +13,7 @@ import json
 import shlex
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +25,27 @@ from .metrics import QueryResult, arm_summary
 from .peer import bm25s_version
 from .runner import EvalRun
 
-MD_COLUMNS = [("n", "n"), ("ndcg@10", "nDCG@10"), ("mrr@10", "MRR@10"), ("recall@10", "R@10"), ("acc@1", "Acc@1"),
-              ("acc@5", "Acc@5"), ("acc@10", "Acc@10")]
+MD_COLUMNS = [
+    ("n", "n"),
+    ("ndcg@10", "nDCG@10"),
+    ("mrr@10", "MRR@10"),
+    ("recall@10", "R@10"),
+    ("acc@1", "Acc@1"),
+    ("acc@5", "Acc@5"),
+    ("acc@10", "Acc@10"),
+]
 
 
 def git_state(repo: Path) -> dict[str, Any]:
     """HEAD and dirtiness of the engine's own checkout (what code produced these numbers)."""
+
     def git(*args: str) -> str | None:
         try:
             res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return res.stdout.strip() if res.returncode == 0 else None
+
     head = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no") if head else None
     return {"head": head, "dirty": bool(status) if status is not None else None}
@@ -67,22 +76,39 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
         judged = [r for r in results if r.predicted_class is not None and gold_class.get(r.qid)]
         if judged:
             summary["classifier_accuracy"] = round(
-                sum(r.predicted_class == gold_class[r.qid] for r in judged) / len(judged), 4)
+                sum(r.predicted_class == gold_class[r.qid] for r in judged) / len(judged), 4
+            )
         versions = sorted({r.config_version for r in results if r.config_version})
         if len(versions) > 1:  # the config was edited while the eval ran (hot reload): say so
             summary["config_versions_seen"] = versions
-        arms[arm.name] = {"kind": arm.kind, "config_version": arm_config_version(run, arm.name),
-                          "config_dir": str(arm.config_dir) if arm.config_dir else None, **summary}
+        arms[arm.name] = {
+            "kind": arm.kind,
+            "config_version": arm_config_version(run, arm.name),
+            "config_dir": str(arm.config_dir) if arm.config_dir else None,
+            **summary,
+        }
     engine_repo = Path(__file__).resolve().parents[2]
     return {
-        "suite": {"name": run.suite.name, "path": str(run.suite.root), "split": run.suite.split,
-                  "fingerprint": run.suite.fingerprint(), "queries": len(run.suite.queries),
-                  "snapshots": len(run.suite.queries_by_snapshot()),
-                  "classes_from": "gold" if all(q.gold_class for q in run.suite.queries) else "router"},
-        "created_at": created_at, "engine_version": __version__, "git": git_state(engine_repo),
-        "command": " ".join(shlex.quote(a) for a in sys.argv), "pipeline": run.options.pipeline,
-        "warmup": run.options.warmup, "intent_from_class": run.options.intent_from_class,
-        "arms": arms, "timing": run.timing, "snapshots": run.snapshots, "eval_home": str(run.home),
+        "suite": {
+            "name": run.suite.name,
+            "path": str(run.suite.root),
+            "split": run.suite.split,
+            "fingerprint": run.suite.fingerprint(),
+            "queries": len(run.suite.queries),
+            "snapshots": len(run.suite.queries_by_snapshot()),
+            "classes_from": "gold" if all(q.gold_class for q in run.suite.queries) else "router",
+        },
+        "created_at": created_at,
+        "engine_version": __version__,
+        "git": git_state(engine_repo),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "pipeline": run.options.pipeline,
+        "warmup": run.options.warmup,
+        "intent_from_class": run.options.intent_from_class,
+        "arms": arms,
+        "timing": run.timing,
+        "snapshots": run.snapshots,
+        "eval_home": str(run.home),
     }
 
 
@@ -111,40 +137,61 @@ def _row(label: list[str], block: dict[str, Any]) -> str:
 def markdown(metrics: dict[str, Any]) -> str:
     s = metrics["suite"]
     cols = [c for _, c in MD_COLUMNS] + ["sel F1", "p50 ms", "p95 ms", "p99 ms", "receipts"]
-    lines = [f"# engine eval: {s['name']} ({s['split']}, {s['queries']} queries, {s['snapshots']} snapshots)", "",
-             f"- date: {metrics['created_at']}", f"- command: `{metrics['command']}`",
-             f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
-             f"- classes from: {s['classes_from']}; latency is end to end per query, cache off"
-             + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""), "",
-             "## Overall", "", "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    lines = [
+        f"# engine eval: {s['name']} ({s['split']}, {s['queries']} queries, {s['snapshots']} snapshots)",
+        "",
+        f"- date: {metrics['created_at']}",
+        f"- command: `{metrics['command']}`",
+        f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
+        f"- classes from: {s['classes_from']}; latency is end to end per query, cache off"
+        + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
+        "",
+        "## Overall",
+        "",
+        "| arm | " + " | ".join(cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
     for name, arm in metrics["arms"].items():
         lines.append(_row([name], arm["overall"]))
     changed = [name for name, arm in metrics["arms"].items() if arm.get("config_versions_seen")]
     if changed:
-        lines += ["", f"**Warning:** the config changed during the run for arms {changed} "
-                      "(several config_versions in their receipts); rerun for clean numbers."]
+        lines += [
+            "",
+            f"**Warning:** the config changed during the run for arms {changed} "
+            "(several config_versions in their receipts); rerun for clean numbers.",
+        ]
     lines += ["", "## Per class", "", "| class | arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     classes = sorted({c for arm in metrics["arms"].values() for c in arm["classes"]})
     for c in classes:
         for name, arm in metrics["arms"].items():
             if c in arm["classes"]:
                 lines.append(_row([c, name], arm["classes"][c]))
-    lines += ["", "## Expert calls", "", "| arm | expert | calls | p50 ms | p95 ms | p99 ms | status |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Expert calls",
+        "",
+        "| arm | expert | calls | p50 ms | p95 ms | p99 ms | status |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, arm in metrics["arms"].items():
         for expert, e in arm["experts"].items():
             lat = e["latency_ms"]
             status = ", ".join(f"{k} {v}" for k, v in sorted(e["status"].items()))
-            lines.append(f"| {name} | {expert} | {e['calls']} | {_ms(lat['p50'])} | {_ms(lat['p95'])} | "
-                         f"{_ms(lat['p99'])} | {status} |")
+            lines.append(
+                f"| {name} | {expert} | {e['calls']} | {_ms(lat['p50'])} | {_ms(lat['p95'])} | "
+                f"{_ms(lat['p99'])} | {status} |"
+            )
     router = metrics["arms"].get("router")
     if router:
         ov = router["overall"]["router_overhead_ms"]
-        lines += ["", (f"Router overhead (end to end minus slowest expert): p50 {_ms(ov['p50'])} ms, "
-                       f"p99 {_ms(ov['p99'])} ms.")]
+        lines += [
+            "",
+            (f"Router overhead (end to end minus slowest expert): p50 {_ms(ov['p50'])} ms, p99 {_ms(ov['p99'])} ms."),
+        ]
         if router.get("predicted_classes"):
-            lines.append("Router classes: " + ", ".join(f"{k} {v}" for k, v in router["predicted_classes"].items())
-                         + ".")
+            lines.append(
+                "Router classes: " + ", ".join(f"{k} {v}" for k, v in router["predicted_classes"].items()) + "."
+            )
     t = metrics["timing"]
     lines += ["", "Timing (s): " + ", ".join(f"{k} {v}" for k, v in t.items()), ""]
     return "\n".join(lines)
@@ -159,7 +206,7 @@ def write_trec(path: Path, results: list[QueryResult], tag: str) -> None:
 
 def write_run(run: EvalRun) -> tuple[Path, dict[str, Any]]:
     """Write every artefact of ``run``; returns the output folder and the metrics."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     created_at = now.isoformat(timespec="seconds")
     out = run.options.out or run.home / "runs" / f"{run.suite.name}-{run.suite.split}-{now:%Y%m%d-%H%M%S}"
     out = out.expanduser().resolve()
@@ -174,15 +221,33 @@ def write_run(run: EvalRun) -> tuple[Path, dict[str, Any]]:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, ensure_ascii=False) + "\n")
     (out / "report.md").write_text(markdown(metrics))
     for name, arm in metrics["arms"].items():
-        key = [metrics["suite"]["name"], metrics["suite"]["split"], arm["config_version"], metrics["git"]["head"],
-               name, created_at]
-        run.store.append("experiments", {
-            "experiment_id": sha256_hex(canonical_json(key))[:32], "suite": f"{run.suite.name}:{run.suite.split}",
-            "config_version": arm["config_version"], "git_head": metrics["git"]["head"], "created_at": created_at,
-            "metrics": {"arm": name, "suite": metrics["suite"], "out": str(out), "overall": arm["overall"],
-                        "classes": arm["classes"], "git_dirty": metrics["git"]["dirty"]}})
+        key = [
+            metrics["suite"]["name"],
+            metrics["suite"]["split"],
+            arm["config_version"],
+            metrics["git"]["head"],
+            name,
+            created_at,
+        ]
+        run.store.append(
+            "experiments",
+            {
+                "experiment_id": sha256_hex(canonical_json(key))[:32],
+                "suite": f"{run.suite.name}:{run.suite.split}",
+                "config_version": arm["config_version"],
+                "git_head": metrics["git"]["head"],
+                "created_at": created_at,
+                "metrics": {
+                    "arm": name,
+                    "suite": metrics["suite"],
+                    "out": str(out),
+                    "overall": arm["overall"],
+                    "classes": arm["classes"],
+                    "git_dirty": metrics["git"]["dirty"],
+                },
+            },
+        )
     run.store.ingest(timeout_s=60.0)
     run.store.close()
     run.out = out
     return out, metrics
-

@@ -98,16 +98,30 @@ def request_limit(config_dir: Path) -> int:
     return min(200, max(fusion.overfetch, K * fusion.per_file_cap))
 
 
-def to_result(q: EvalQuery, arm: str, klass: str, response: dict[str, Any], error: str | None,
-              latency_ms: float, sw: SnapshotWorkspace) -> QueryResult:
+def to_result(
+    q: EvalQuery,
+    arm: str,
+    klass: str,
+    response: dict[str, Any],
+    error: str | None,
+    latency_ms: float,
+    sw: SnapshotWorkspace,
+) -> QueryResult:
     ranked: list[str] = []
     for item in response.get("items", []):
         doc = sw.path_to_doc.get(item.get("path") or "")
         if doc is not None and doc not in ranked:
             ranked.append(doc)
     receipt = response.get("receipt")
-    res = QueryResult(qid=q.id, arm=arm, ranked=ranked, latency_ms=latency_ms, klass=klass, error=error,
-                      receipt_ok=isinstance(receipt, dict) and verify(receipt))
+    res = QueryResult(
+        qid=q.id,
+        arm=arm,
+        ranked=ranked,
+        latency_ms=latency_ms,
+        klass=klass,
+        error=error,
+        receipt_ok=isinstance(receipt, dict) and verify(receipt),
+    )
     if receipt:
         res.receipt_id, res.config_version = receipt.get("receipt_id"), receipt.get("config_version")
         c = receipt.get("classifier") or {}
@@ -129,9 +143,17 @@ def expert_hits(response: dict[str, Any], relevant: set[str], sw: SnapshotWorksp
     return hits
 
 
-async def run_router_arm(arm: Arm, sw: SnapshotWorkspace, queries: list[EvalQuery], classes: dict[str, str],
-                         opts: EvalOptions, store: Store, limit: int, bar: Progress,
-                         qrels: dict[str, dict[str, int]]) -> list[QueryResult]:
+async def run_router_arm(
+    arm: Arm,
+    sw: SnapshotWorkspace,
+    queries: list[EvalQuery],
+    classes: dict[str, str],
+    opts: EvalOptions,
+    store: Store,
+    limit: int,
+    bar: Progress,
+    qrels: dict[str, dict[str, int]],
+) -> list[QueryResult]:
     assert arm.config_dir is not None
     router = Router(arm.config_dir, sw.workspace(), arm=arm.name, store=store)
     out: list[QueryResult] = []
@@ -153,16 +175,26 @@ async def run_router_arm(arm: Arm, sw: SnapshotWorkspace, queries: list[EvalQuer
                 relevant = {d for d, g in qrels.get(q.id, {}).items() if g > 0}
                 router.label_hits(receipt_id, expert_hits(result.response, relevant, sw))
             router.flush(ingest=False)  # spool events now, ingest once at the end (off the timed path)
-            out.append(to_result(q, arm.name, classes[q.id], result.response,
-                                 result.error.code if result.error else None, latency, sw))
+            out.append(
+                to_result(
+                    q,
+                    arm.name,
+                    classes[q.id],
+                    result.response,
+                    result.error.code if result.error else None,
+                    latency,
+                    sw,
+                )
+            )
             bar.step(f"{sw.snapshot} {arm.name}")
     finally:
         await router.aclose()
     return out
 
 
-def run_peer_arm(suite: Suite, snapshot: str, queries: list[EvalQuery], classes: dict[str, str],
-                 bar: Progress) -> list[QueryResult]:
+def run_peer_arm(
+    suite: Suite, snapshot: str, queries: list[EvalQuery], classes: dict[str, str], bar: Progress
+) -> list[QueryResult]:
     peer = Bm25Peer(suite.docs_for(snapshot))
     out = []
     for q in queries:
@@ -213,17 +245,23 @@ def run_eval(opts: EvalOptions) -> EvalRun:
             t = time.perf_counter()
             reports = index_snapshot(sw, cfg, to_index, progress=opts.progress)
             timing["index_s"] += time.perf_counter() - t
-            run.snapshots[snapshot] = {"folder": str(sw.project_dir), "content_hash": sw.content_hash,
-                                       "written": written, "docs": len(sw.path_to_doc), "queries": len(queries),
-                                       "index": [r.to_dict() for r in reports]}
+            run.snapshots[snapshot] = {
+                "folder": str(sw.project_dir),
+                "content_hash": sw.content_hash,
+                "written": written,
+                "docs": len(sw.path_to_doc),
+                "queries": len(queries),
+                "index": [r.to_dict() for r in reports],
+            }
         for arm in arms:
             t = time.perf_counter()
             if arm.kind == "peer":
                 run.results[arm.name] += run_peer_arm(suite, snapshot, queries, classes, bar)
             else:
                 assert sw is not None
-                run.results[arm.name] += anyio.run(run_router_arm, arm, sw, queries, classes, opts, store, limit, bar,
-                                                    suite.qrels)
+                run.results[arm.name] += anyio.run(
+                    run_router_arm, arm, sw, queries, classes, opts, store, limit, bar, suite.qrels
+                )
             timing[f"query_s.{arm.name}"] += time.perf_counter() - t
     bar.note("ingesting benchmark events\n")
     store.ingest(timeout_s=60.0)

@@ -132,8 +132,7 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
     if not root.is_dir():
         raise SuiteError(f"suite {root} is not a folder")
     qrels = read_qrels(root / "qrels" / f"{split}.tsv")
-    raw_queries = {q["_id"]: q for q in _jsonl(root / "queries.jsonl")} if (root / "queries.jsonl").is_file() \
-        else None
+    raw_queries = {q["_id"]: q for q in _jsonl(root / "queries.jsonl")} if (root / "queries.jsonl").is_file() else None
     if raw_queries is None:
         raise SuiteError(f"{root}: no queries.jsonl")
     missing = [qid for qid in qrels if qid not in raw_queries]
@@ -144,10 +143,16 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
         q = raw_queries[qid]
         gold = _field(q, "gold_experts")
         klass = _field(q, "class")
-        queries.append(EvalQuery(id=qid, text=q["text"], snapshot=_snapshot(q),
-                                 gold_class=str(klass) if klass else None,
-                                 gold_experts=tuple(gold) if isinstance(gold, list) else None,
-                                 metadata=dict(q.get("metadata") or {})))
+        queries.append(
+            EvalQuery(
+                id=qid,
+                text=q["text"],
+                snapshot=_snapshot(q),
+                gold_class=str(klass) if klass else None,
+                gold_experts=tuple(gold) if isinstance(gold, list) else None,
+                metadata=dict(q.get("metadata") or {}),
+            )
+        )
     if limit_queries is not None:
         queries = queries[:limit_queries]
         qrels = {q.id: qrels[q.id] for q in queries}
@@ -158,6 +163,13 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
         if snap not in wanted and snap != ALL:
             continue  # no query searches this snapshot: do not hold its text in memory
         meta = d.get("metadata") or {}
-        docs.setdefault(snap, []).append(Doc(id=str(d["_id"]), title=d.get("title") or "", text=d.get("text") or "",
-                                             snapshot=snap, path=meta.get("path")))
+        docs.setdefault(snap, []).append(
+            Doc(
+                id=str(d["_id"]),
+                title=d.get("title") or "",
+                text=d.get("text") or "",
+                snapshot=snap,
+                path=meta.get("path"),
+            )
+        )
     return Suite(root=root, name=root.name, split=split, queries=queries, qrels=qrels, docs_by_snapshot=docs)

@@ -32,7 +32,8 @@ def adapter_class(adapter: str) -> type[Expert]:
     except KeyError:
         raise SpecError(f"unknown expert adapter {adapter!r}; known adapters: {sorted(ADAPTERS)}") from None
     module, _, cls = target.partition(":")
-    return getattr(import_module(module), cls)
+    found: type[Expert] = getattr(import_module(module), cls)
+    return found
 
 
 __all__ = ["ADAPTERS", "Expert", "ExpertEnv", "adapter_class"]

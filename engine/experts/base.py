@@ -124,17 +124,22 @@ class ProcessResult:
     stderr: bytes
 
 
-async def run_process(argv: Sequence[str], *, expert: str, cwd: Path | None = None,
-                      ok_codes: Sequence[int] = (0,), env: dict[str, str] | None = None,
-                      max_output: int = 50_000_000) -> ProcessResult:
+async def run_process(
+    argv: Sequence[str],
+    *,
+    expert: str,
+    cwd: Path | None = None,
+    ok_codes: Sequence[int] = (0,),
+    env: dict[str, str] | None = None,
+    max_output: int = 50_000_000,
+) -> ProcessResult:
     """Run argv (never a shell) in its own session; kill the whole group when cancelled.
 
     Raises ExpertUnavailable when the binary is missing and ExpertFailed on an exit code not in
     ``ok_codes`` (with the tail of stderr).
     """
     try:
-        proc = await anyio.open_process(list(argv), cwd=cwd, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, env=env)
+        proc = await anyio.open_process(list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except FileNotFoundError as exc:
         raise ExpertUnavailable(f"binary not found: {argv[0]}", expert=expert) from exc
     except PermissionError as exc:
@@ -157,8 +162,9 @@ async def run_process(argv: Sequence[str], *, expert: str, cwd: Path | None = No
         raise
     if proc.returncode not in ok_codes:
         tail = bytes(err[-600:]).decode("utf-8", "replace").strip()
-        raise ExpertFailed(f"{Path(argv[0]).name} exited {proc.returncode}: {tail}", expert=expert,
-                           returncode=proc.returncode)
+        raise ExpertFailed(
+            f"{Path(argv[0]).name} exited {proc.returncode}: {tail}", expert=expert, returncode=proc.returncode
+        )
     return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
 
 

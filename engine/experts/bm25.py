@@ -91,9 +91,19 @@ class TantivyIndexer:
             for c in chunk_file(f.path, data):
                 symbol = " ".join([c.symbol or ""] * self.symbol_weight)
                 body = " ".join(code_tokens(f"{f.path} {symbol} {c.text}"))
-                self._writer.add_document(tantivy.Document(
-                    key=f.key, project=f.project, path=f.path, symbol=c.symbol or "", kind=c.kind,
-                    text=c.text[: self.snippet_chars * 4], body=body, start=c.start_line, end=c.end_line))
+                self._writer.add_document(
+                    tantivy.Document(
+                        key=f.key,
+                        project=f.project,
+                        path=f.path,
+                        symbol=c.symbol or "",
+                        kind=c.kind,
+                        text=c.text[: self.snippet_chars * 4],
+                        body=body,
+                        start=c.start_line,
+                        end=c.end_line,
+                    )
+                )
                 n += 1
         return n
 
@@ -118,16 +128,23 @@ class BM25Expert(IndexedExpert):
     item_kind: ClassVar[str] = "chunk"
 
     def indexer(self) -> TantivyIndexer:
-        return TantivyIndexer(self._dir, int(self.settings.get("stored_chars", 1200)),
-                              symbol_weight=int(self.settings.get("symbol_weight", 1)))
+        return TantivyIndexer(
+            self._dir,
+            int(self.settings.get("stored_chars", 1200)),
+            symbol_weight=int(self.settings.get("symbol_weight", 1)),
+        )
 
     def plan(self, query: Query) -> dict[str, Any]:
         terms = query_terms(query.question, query.features.identifiers + query.features.literals)
         if not terms:
             raise ExpertUnconfigured("the question has no searchable terms", expert=self.name)
-        return {"terms": [t for t, _ in terms], "boosted": {t: c for t, c in terms if c > 1},
-                "projects": [p.name for p in query.projects], "path": normalize_scope_path(query.scope.path),
-                "language": query.scope.language}
+        return {
+            "terms": [t for t, _ in terms],
+            "boosted": {t: c for t, c in terms if c > 1},
+            "projects": [p.name for p in query.projects],
+            "path": normalize_scope_path(query.scope.path),
+            "language": query.scope.language,
+        }
 
     def _searcher(self) -> Any:
         import tantivy
@@ -151,13 +168,18 @@ class BM25Expert(IndexedExpert):
         for term in plan["terms"]:
             tq = tantivy.Query.term_query(schema, "body", term)
             boost = plan["boosted"].get(term)
-            should.append((tantivy.Occur.Should, tantivy.Query.boost_query(tq, min(3.0, 1.0 + 0.5 * (boost - 1)))
-                           if boost else tq))
+            should.append(
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.boost_query(tq, min(3.0, 1.0 + 0.5 * (boost - 1))) if boost else tq,
+                )
+            )
         q = tantivy.Query.boolean_query(should)
         all_projects = {p.name for p in self.env.workspace.projects}
         if set(plan["projects"]) != all_projects:
             projects = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "project", p)) for p in plan["projects"]])
+                [(tantivy.Occur.Should, tantivy.Query.term_query(schema, "project", p)) for p in plan["projects"]]
+            )
             q = tantivy.Query.boolean_query([(tantivy.Occur.Must, q), (tantivy.Occur.Must, projects)])
         scoped = bool(plan.get("path") or plan.get("language"))
         fetch = query.limit * (8 if scoped else 1)
@@ -171,9 +193,20 @@ class BM25Expert(IndexedExpert):
                 continue
             flags = self.stale_flags(by_name[project], path)
             symbol = d["symbol"][0] or None
-            out.append(Evidence(project=project, path=path, kind=self.item_kind, start_line=int(d["start"][0]),
-                                end_line=int(d["end"][0]), content=d["text"][0], score=round(float(score), 4),
-                                symbol=symbol, meta={"chunk_kind": d["kind"][0]}, flags=flags))
+            out.append(
+                Evidence(
+                    project=project,
+                    path=path,
+                    kind=self.item_kind,
+                    start_line=int(d["start"][0]),
+                    end_line=int(d["end"][0]),
+                    content=d["text"][0],
+                    score=round(float(score), 4),
+                    symbol=symbol,
+                    meta={"chunk_kind": d["kind"][0]},
+                    flags=flags,
+                )
+            )
             if len(out) >= query.limit:
                 break
         return out

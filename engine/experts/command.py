@@ -59,10 +59,15 @@ class CommandExpert(TemplatedExpert):
             text = str(value)
             if template == "--":
                 after_dashes = True
-            elif ("{{" in template or "{%" in template) and not after_dashes and text.startswith("-") \
-                    and not template.lstrip().startswith("-"):
-                raise ExpertUnconfigured(f"declined: question text {text[:40]!r} would be read as an option",
-                                         expert=self.name)
+            elif (
+                ("{{" in template or "{%" in template)
+                and not after_dashes
+                and text.startswith("-")
+                and not template.lstrip().startswith("-")
+            ):
+                raise ExpertUnconfigured(
+                    f"declined: question text {text[:40]!r} would be read as an option", expert=self.name
+                )
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         _, mapper = self._prepare()
@@ -74,11 +79,17 @@ class CommandExpert(TemplatedExpert):
         def one(call: dict[str, Any]) -> Callable[[], Awaitable[list[Evidence]]]:
             async def run() -> list[Evidence]:
                 project = by_project.get(call["project"] or "")
-                res = await run_process([str(a) for a in call["argv"]], expert=self.name,
-                                        cwd=project.root if project else None, ok_codes=ok_codes, env=env)
+                res = await run_process(
+                    [str(a) for a in call["argv"]],
+                    expert=self.name,
+                    cwd=project.root if project else None,
+                    ok_codes=ok_codes,
+                    env=env,
+                )
                 with expert_errors(self.name):
                     text = res.stdout.decode("utf-8")
                 return mapper.evidence(mapper.records_from_text(text), query, project)
+
             return run
 
         chunks = await run_each([one(c) for c in plan["calls"]])

@@ -22,8 +22,12 @@ from ..types import Evidence, Query
 from .base import Expert
 
 Handler = Callable[[Query], "list[Evidence] | Awaitable[list[Evidence]]"]
-_FAILURES = {"timeout": ExpertTimeout, "unavailable": ExpertUnavailable, "internal": ExpertFailed,
-             "malformed": ExpertOutputError}
+_FAILURES = {
+    "timeout": ExpertTimeout,
+    "unavailable": ExpertUnavailable,
+    "internal": ExpertFailed,
+    "malformed": ExpertOutputError,
+}
 
 
 class FakeExpert(Expert):

@@ -40,16 +40,29 @@ class GitExpert(Expert):
         if not searches:
             raise ExpertUnconfigured("nothing in the question to search history for", expert=self.name)
         git_projects = [p.name for p in query.projects if p.is_git]
-        return {"searches": searches, "max_commits": int(self.settings.get("max_commits", 50)),
-                "path": normalize_scope_path(query.scope.path), "projects": git_projects}
+        return {
+            "searches": searches,
+            "max_commits": int(self.settings.get("max_commits", 50)),
+            "path": normalize_scope_path(query.scope.path),
+            "projects": git_projects,
+        }
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         hits: dict[tuple[str, str], dict[str, Any]] = {}
         weight = {"pickaxe": 2.0, "diff-regex": 1.5, "message": 1.0, "file-history": 1.0}
 
         async def one(project: Project, search: dict[str, str]) -> None:
-            argv = [self.settings.get("binary", "git"), "--no-pager", "-c", "core.quotepath=off", "log", "--no-color", "--name-only", _FMT,
-                    f"--max-count={plan['max_commits']}"]
+            argv = [
+                self.settings.get("binary", "git"),
+                "--no-pager",
+                "-c",
+                "core.quotepath=off",
+                "log",
+                "--no-color",
+                "--name-only",
+                _FMT,
+                f"--max-count={plan['max_commits']}",
+            ]
             if search["kind"] == "message":
                 argv.append("--regexp-ignore-case")
             if search["kind"] == "file-history":
@@ -63,8 +76,18 @@ class GitExpert(Expert):
             with expert_errors(self.name):
                 for sha, date, author, subject, files in _parse_log(res.stdout):
                     key = (project.name, sha)
-                    hit = hits.setdefault(key, {"sha": sha, "date": date, "author": author, "subject": subject,
-                                                "files": files, "score": 0.0, "found_by": []})
+                    hit = hits.setdefault(
+                        key,
+                        {
+                            "sha": sha,
+                            "date": date,
+                            "author": author,
+                            "subject": subject,
+                            "files": files,
+                            "score": 0.0,
+                            "found_by": [],
+                        },
+                    )
                     hit["score"] += weight[search["kind"]]
                     hit["found_by"].append(search["kind"])
 
@@ -77,15 +100,30 @@ class GitExpert(Expert):
         # score desc, then newest first, then (project, sha) so equal inputs give equal output
         ranked = sorted(hits.items(), key=lambda kv: (-kv[1]["score"], _neg_date(kv[1]["date"]), kv[0]))
         items = []
-        for (project, sha), h in ranked[: query.limit]:
+        for (project_name, sha), h in ranked[: query.limit]:
             files = [f for f in h["files"] if not is_excluded(f)]
             content = f"{sha[:12]} {h['date'][:10]} {h['author']}: {h['subject']}"
             if files:
                 content += "\n" + "\n".join(f"  {f}" for f in files[:20])
-            items.append(Evidence(project=project, path=files[0] if files else "", kind="commit", start_line=1,
-                                  end_line=1, content=content, score=h["score"],
-                                  meta={"sha": sha, "date": h["date"], "author": h["author"], "subject": h["subject"],
-                                        "files": files[:50], "found_by": sorted(set(h["found_by"]))}))
+            items.append(
+                Evidence(
+                    project=project_name,
+                    path=files[0] if files else "",
+                    kind="commit",
+                    start_line=1,
+                    end_line=1,
+                    content=content,
+                    score=h["score"],
+                    meta={
+                        "sha": sha,
+                        "date": h["date"],
+                        "author": h["author"],
+                        "subject": h["subject"],
+                        "files": files[:50],
+                        "found_by": sorted(set(h["found_by"])),
+                    },
+                )
+            )
         return items
 
 

@@ -50,8 +50,11 @@ class HttpExpert(TemplatedExpert):
 
     def plan(self, query: Query) -> dict[str, Any]:
         templates, _ = self._prepare()
-        return {"method": str(self.settings.get("method", "GET")).upper(), "url": self.settings["url"],
-                "calls": plan_calls(self.name, self.settings, templates, query, "request")}
+        return {
+            "method": str(self.settings.get("method", "GET")).upper(),
+            "url": self.settings["url"],
+            "calls": plan_calls(self.name, self.settings, templates, query, "request"),
+        }
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         _, mapper = self._prepare()
@@ -63,25 +66,38 @@ class HttpExpert(TemplatedExpert):
                 async def run() -> list[Evidence]:
                     req = call["request"]
                     headers = {str(k): str(v) for k, v in (req.get("headers") or {}).items()} | auth
-                    params = {str(k): v if isinstance(v, (str, int, float)) else str(v)
-                              for k, v in (req.get("params") or {}).items()}
+                    params = {
+                        str(k): v if isinstance(v, (str, int, float)) else str(v)
+                        for k, v in (req.get("params") or {}).items()
+                    }
                     body = await self._fetch(client, plan["method"], plan["url"], params, req.get("json"), headers)
-                    return mapper.evidence(mapper.records_from_json(body), query,
-                                           by_project.get(call["project"] or ""))
+                    return mapper.evidence(mapper.records_from_json(body), query, by_project.get(call["project"] or ""))
+
                 return run
 
             chunks = await run_each([one(c) for c in plan["calls"]])
         return [e for chunk in chunks for e in chunk][: query.limit]
 
-    async def _fetch(self, client: httpx.AsyncClient, method: str, url: str, params: dict[str, Any],
-                     body: Any, headers: dict[str, str]) -> Any:
+    async def _fetch(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        params: dict[str, Any],
+        body: Any,
+        headers: dict[str, str],
+    ) -> Any:
         try:
-            resp = await client.request(method, url, params=params or None,
-                                        json=body if method == "POST" else None, headers=headers)
+            resp = await client.request(
+                method, url, params=params or None, json=body if method == "POST" else None, headers=headers
+            )
             resp.raise_for_status()
         except httpx.HTTPStatusError as exc:
-            raise ExpertFailed(f"HTTP {exc.response.status_code} from {url}: {exc.response.text[:200]}",
-                               expert=self.name, status=exc.response.status_code) from None
+            raise ExpertFailed(
+                f"HTTP {exc.response.status_code} from {url}: {exc.response.text[:200]}",
+                expert=self.name,
+                status=exc.response.status_code,
+            ) from None
         except httpx.TransportError as exc:
             raise ExpertUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}", expert=self.name) from None
         try:

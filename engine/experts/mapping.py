@@ -78,8 +78,9 @@ class TemplateSet:
         try:
             return self._render(self._compiled, variables)
         except jinja2.TemplateError as exc:  # UndefinedError, SecurityError
-            raise ExpertUnconfigured(f"settings.{self.where}: {type(exc).__name__}: {exc}", expert=self.expert) \
-                from None
+            raise ExpertUnconfigured(
+                f"settings.{self.where}: {type(exc).__name__}: {exc}", expert=self.expert
+            ) from None
 
     def _render(self, node: Any, variables: Mapping[str, Any]) -> Any:
         if isinstance(node, dict):
@@ -115,18 +116,30 @@ def query_variables(query: Query, project: Project | None = None) -> dict[str, A
     if project is None and len(query.projects) == 1:
         project = query.projects[0]
     return {
-        "question": query.question, "class": query.klass, "klass": query.klass,
-        "literals": list(f.literals), "identifiers": list(f.identifiers), "keywords": list(f.keywords),
-        "paths": list(f.paths), "regex": f.regex or "", "terms": terms, "term": best_term(query),
-        "pattern": pattern, "scope": query.scope.to_dict(), "scope_path": query.scope.path or "",
-        "language": query.scope.language or "", "limit": query.limit,
+        "question": query.question,
+        "class": query.klass,
+        "klass": query.klass,
+        "literals": list(f.literals),
+        "identifiers": list(f.identifiers),
+        "keywords": list(f.keywords),
+        "paths": list(f.paths),
+        "regex": f.regex or "",
+        "terms": terms,
+        "term": best_term(query),
+        "pattern": pattern,
+        "scope": query.scope.to_dict(),
+        "scope_path": query.scope.path or "",
+        "language": query.scope.language or "",
+        "limit": query.limit,
         "projects": [{"name": p.name, "root": str(p.root)} for p in query.projects],
-        "project": project.name if project else "", "root": str(project.root) if project else "",
+        "project": project.name if project else "",
+        "root": str(project.root) if project else "",
     }
 
 
-def plan_calls(expert: str, settings: Mapping[str, Any], templates: TemplateSet, query: Query, key: str
-               ) -> list[dict[str, Any]]:
+def plan_calls(
+    expert: str, settings: Mapping[str, Any], templates: TemplateSet, query: Query, key: str
+) -> list[dict[str, Any]]:
     """One rendered call per project (``per_project: true``) or one for the whole scope; pure.
 
     ``required`` names template variables the question must fill (e.g. ``[pattern]``); when one is
@@ -175,7 +188,7 @@ def _walk(data: Any, tokens: list[tuple[str | None, str | None]]) -> Any:
         elif index == "*":
             if not isinstance(data, list):
                 return None
-            rest = tokens[i + 1:]
+            rest = tokens[i + 1 :]
             return [_walk(d, rest) for d in data] if rest else list(data)
         else:
             n = int(index or 0)
@@ -191,14 +204,16 @@ class ResultMapper:
         self.expert = expert
         self.format = s.get("format", "auto")  # auto | json | jsonl | text
         if self.format not in ("auto", "json", "jsonl", "text"):
-            raise ExpertUnconfigured(f"settings.result.format {self.format!r}: use auto, json, jsonl or text",
-                                     expert=expert)
+            raise ExpertUnconfigured(
+                f"settings.result.format {self.format!r}: use auto, json, jsonl or text", expert=expert
+            )
         self.items = s.get("items")
         self.fields: dict[str, str] = {k: str(v) for k, v in (s.get("fields") or {}).items()}
         unknown = set(self.fields) - set(FIELDS)
         if unknown:
-            raise ExpertUnconfigured(f"settings.result.fields: unknown {sorted(unknown)}; known {list(FIELDS)}",
-                                     expert=expert)
+            raise ExpertUnconfigured(
+                f"settings.result.fields: unknown {sorted(unknown)}; known {list(FIELDS)}", expert=expert
+            )
         self.kind = s.get("kind")
         self.line_offset = int(s.get("line_offset", 0))
         self.urls = bool(s.get("urls", False))  # keep http(s) URLs (external docs) as their own "project"
@@ -216,13 +231,15 @@ class ResultMapper:
         if isinstance(found, Mapping) and self.items in (None, "", "."):
             found = [found]
         if not isinstance(found, list):
-            raise ExpertOutputError(f"{self.items or 'result'!r} is {type(found).__name__}, expected a list",
-                                    expert=self.expert)
+            raise ExpertOutputError(
+                f"{self.items or 'result'!r} is {type(found).__name__}, expected a list", expert=self.expert
+            )
         out = []
         for rec in found:
             if not isinstance(rec, Mapping):
-                raise ExpertOutputError(f"a result record is {type(rec).__name__}, expected an object",
-                                        expert=self.expert)
+                raise ExpertOutputError(
+                    f"a result record is {type(rec).__name__}, expected an object", expert=self.expert
+                )
             row = {f: resolve(rec, self.fields.get(f, f)) for f in FIELDS}
             if "line" not in self.fields and row["line"] is None and "start_line" not in self.fields:
                 row["line"] = rec.get("line_number")
@@ -242,8 +259,9 @@ class ResultMapper:
                     except json.JSONDecodeError as exc:
                         raise ExpertOutputError(f"line {n} is not JSON: {exc.msg}", expert=self.expert) from None
             return rows
-        if self.format == "json" or (self.format == "auto" and self.items is not None
-                                     and text.lstrip()[:1] in ("{", "[")):
+        if self.format == "json" or (
+            self.format == "auto" and self.items is not None and text.lstrip()[:1] in ("{", "[")
+        ):
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
@@ -259,14 +277,15 @@ class ResultMapper:
 
     def records(self, structured: Any, text: str) -> list[dict[str, Any]]:
         """Pick the source: structured content when JSON is expected, else the text."""
-        if structured is not None and (self.format == "json" or (
-                self.format == "auto" and self.items is not None and resolve(structured, self.items) is not None)):
+        if structured is not None and (
+            self.format == "json"
+            or (self.format == "auto" and self.items is not None and resolve(structured, self.items) is not None)
+        ):
             return self.records_from_json(structured)
         return self.records_from_text(text)
 
     # ------------------------------------------------------------------ records → evidence
-    def evidence(self, rows: Iterable[dict[str, Any]], query: Query, project: Project | None = None
-                 ) -> list[Evidence]:
+    def evidence(self, rows: Iterable[dict[str, Any]], query: Query, project: Project | None = None) -> list[Evidence]:
         """Evidence for the rows that land inside the workspace and the scope, in the tool's order."""
         out: list[Evidence] = []
         rows = list(rows)
@@ -276,8 +295,7 @@ class ResultMapper:
                 out.append(e)
         return out
 
-    def _one(self, row: dict[str, Any], rank: int, total: int, query: Query, ctx: Project | None
-             ) -> Evidence | None:
+    def _one(self, row: dict[str, Any], rank: int, total: int, query: Query, ctx: Project | None) -> Evidence | None:
         sha = _text(row.get("sha"))
         start = _int(row.get("start_line"), self.expert)
         start = start if start is not None else _int(row.get("line"), self.expert)
@@ -308,9 +326,17 @@ class ResultMapper:
             meta["sha"] = sha
         content = row.get("content")
         content = content if isinstance(content, str) else "" if content is None else json.dumps(content)
-        return Evidence(project=project_name, path=rel, kind=kind, start_line=start, end_line=max(start, end),
-                        content=content, score=_score(row.get("score"), rank, total, self.expert),
-                        symbol=_text(row.get("symbol")) or None, meta=meta)
+        return Evidence(
+            project=project_name,
+            path=rel,
+            kind=kind,
+            start_line=start,
+            end_line=max(start, end),
+            content=content,
+            score=_score(row.get("score"), rank, total, self.expert),
+            symbol=_text(row.get("symbol")) or None,
+            meta=meta,
+        )
 
     @staticmethod
     def _project_named(name: Any, query: Query) -> Project | None:

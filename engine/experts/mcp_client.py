@@ -46,8 +46,10 @@ class McpExpert(TemplatedExpert):
             raise ExpertUnconfigured("settings.tool is required", expert=self.name)
         if bool(self.settings.get("command")) == bool(self.settings.get("url")):
             raise ExpertUnconfigured("set exactly one of settings.command or settings.url", expert=self.name)
-        return (TemplateSet(self.name, self.settings.get("arguments", {}), "arguments"),
-                ResultMapper(self.name, self.settings.get("result")))
+        return (
+            TemplateSet(self.name, self.settings.get("arguments", {}), "arguments"),
+            ResultMapper(self.name, self.settings.get("result")),
+        )
 
     def plan(self, query: Query) -> dict[str, Any]:
         templates, _ = self._prepare()
@@ -58,8 +60,12 @@ class McpExpert(TemplatedExpert):
         if self._conn is None:
             from ..mcp_bridge import McpConnection  # lazy: the SDK costs ~1 s to import
 
-            ws = {"roots": [str(r) for r in self.env.workspace.roots], "root": str(self.env.workspace.roots[0]),
-                  "data_dir": str(self.env.data_dir), "python": sys.executable}
+            ws = {
+                "roots": [str(r) for r in self.env.workspace.roots],
+                "root": str(self.env.workspace.roots[0]),
+                "data_dir": str(self.env.data_dir),
+                "python": sys.executable,
+            }
             command = self.settings.get("command")
             if command is not None and (not isinstance(command, list) or not command):
                 raise ExpertUnconfigured("settings.command must be a non-empty argv list", expert=self.name)
@@ -67,10 +73,14 @@ class McpExpert(TemplatedExpert):
             cwd = self.settings.get("cwd")
             env = {str(k): str(v) for k, v in (self.settings.get("env") or {}).items()}
             self._conn = McpConnection(
-                self.name, command=argv, env=env, url=self.settings.get("url"),
+                self.name,
+                command=argv,
+                env=env,
+                url=self.settings.get("url"),
                 cwd=str(TemplateSet(self.name, cwd, "cwd").render(ws)) if cwd else None,
                 headers=auth_headers(self.name, self.settings) if self.settings.get("url") else None,
-                protocol=str(self.settings.get("protocol", "auto")))
+                protocol=str(self.settings.get("protocol", "auto")),
+            )
         return self._conn
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
@@ -82,10 +92,11 @@ class McpExpert(TemplatedExpert):
             async def run() -> list[Evidence]:
                 out = await conn.call(plan["tool"], call["arguments"])
                 if out.is_error:
-                    raise ExpertFailed(f"tool {plan['tool']!r} reported an error: {out.text[:300]}",
-                                       expert=self.name)
-                return mapper.evidence(mapper.records(out.structured, out.text), query,
-                                       by_project.get(call["project"] or ""))
+                    raise ExpertFailed(f"tool {plan['tool']!r} reported an error: {out.text[:300]}", expert=self.name)
+                return mapper.evidence(
+                    mapper.records(out.structured, out.text), query, by_project.get(call["project"] or "")
+                )
+
             return run
 
         chunks = await run_each([one(c) for c in plan["calls"]])

@@ -24,8 +24,16 @@ import anyio
 
 from ..errors import ExpertOutputError, ExpertUnconfigured
 from ..types import Evidence, Project, Query
-from ..workspace import SECRET_GLOBS, SECRET_PATTERNS, EXCLUDED_DIRS, LANGUAGES, is_excluded, \
-    is_test_file, normalize_scope_path, rg_binary
+from ..workspace import (
+    EXCLUDED_DIRS,
+    LANGUAGES,
+    SECRET_GLOBS,
+    SECRET_PATTERNS,
+    is_excluded,
+    is_test_file,
+    normalize_scope_path,
+    rg_binary,
+)
 from .base import Expert, expert_errors, run_process
 
 # a line that defines NAME: a definition keyword right before it, or NAME assigned at line start
@@ -35,6 +43,8 @@ _DEF_WORDS = r"(?:class|def|function|func|fn|interface|struct|type|enum|trait|im
 def _definition_re(name: str) -> re.Pattern[str]:
     n = re.escape(name)
     return re.compile(rf"\b{_DEF_WORDS}\s+\*?{n}\b|^\s*(?:export\s+)?{n}\s*(?::[^=]*)?=[^=]")
+
+
 MAX_PATTERNS = 8
 MIN_PATTERN_CHARS = 3
 MAX_OUTPUT_BYTES = 8_000_000  # rg's JSON past this is dropped (flag "output-truncated"): parsing is the cost
@@ -71,17 +81,32 @@ class RipgrepExpert(Expert):
         # identifiers of one or two letters ("x", "id") match nearly every line: noise that costs
         # megabytes. A quoted literal or a regex is kept whatever its length: the caller asked for it.
         short_ok = mode == "regex" or bool(f.literals)
-        patterns = [p for p in dict.fromkeys(patterns)
-                    if p.strip() and (short_ok or len(p.strip()) >= MIN_PATTERN_CHARS)][:MAX_PATTERNS]
+        patterns = [
+            p for p in dict.fromkeys(patterns) if p.strip() and (short_ok or len(p.strip()) >= MIN_PATTERN_CHARS)
+        ][:MAX_PATTERNS]
         if not patterns:
             raise ExpertUnconfigured("the question has no literal, identifier or keyword to grep for", expert=self.name)
-        return {"patterns": patterns, "mode": mode, "path": normalize_scope_path(query.scope.path),
-                "language": query.scope.language, "projects": [p.name for p in query.projects]}
+        return {
+            "patterns": patterns,
+            "mode": mode,
+            "path": normalize_scope_path(query.scope.path),
+            "language": query.scope.language,
+            "projects": [p.name for p in query.projects],
+        }
 
     def _argv(self, plan: dict[str, Any]) -> list[str]:
-        argv = [self.settings.get("binary") or rg_binary(), "--json", "--no-config", "--max-filesize", "2M",
-                "--max-count", str(int(self.settings.get("max_count_per_file", 1000))),
-                "--max-columns", "400", "--max-columns-preview"]
+        argv = [
+            self.settings.get("binary") or rg_binary(),
+            "--json",
+            "--no-config",
+            "--max-filesize",
+            "2M",
+            "--max-count",
+            str(int(self.settings.get("max_count_per_file", 1000))),
+            "--max-columns",
+            "400",
+            "--max-columns-preview",
+        ]
         if plan["mode"] != "regex":
             argv.append("--fixed-strings")
         if plan["mode"] == "fixed-ignore-case":
@@ -109,11 +134,13 @@ class RipgrepExpert(Expert):
                 results[project.name] = []
                 return
             # rg exits 1 when nothing matched: a valid empty answer, not a failure
-            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 1),
-                                    max_output=MAX_OUTPUT_BYTES)
+            res = await run_process(
+                argv, expert=self.name, cwd=project.root, ok_codes=(0, 1), max_output=MAX_OUTPUT_BYTES
+            )
             # parsing is CPU work: off the event loop, so the deadline can still cancel the wait
-            results[project.name] = await anyio.to_thread.run_sync(self._parse, project, res.stdout, plan,
-                                                                   abandon_on_cancel=True)
+            results[project.name] = await anyio.to_thread.run_sync(
+                self._parse, project, res.stdout, plan, abandon_on_cancel=True
+            )
 
         with expert_errors(self.name):
             async with anyio.create_task_group() as tg:
@@ -133,8 +160,11 @@ class RipgrepExpert(Expert):
             stdout = stdout[: stdout.rfind(b"\n") + 1]
         patterns: list[str] = plan["patterns"]
         ignore_case = plan["mode"] == "fixed-ignore-case"
-        def_res = [_definition_re(p.split(".")[-1]) for p in patterns
-                   if plan["mode"] != "regex" and re.fullmatch(r"[\w.$]+", p)]
+        def_res = [
+            _definition_re(p.split(".")[-1])
+            for p in patterns
+            if plan["mode"] != "regex" and re.fullmatch(r"[\w.$]+", p)
+        ]
         stems = {p.split(".")[-1].lower() for p in patterns}
         regions: dict[str, list[_Region]] = defaultdict(list)
         file_patterns: dict[str, set[str]] = defaultdict(set)
@@ -175,13 +205,28 @@ class RipgrepExpert(Expert):
             coverage = len(file_patterns[path]) / n
             for reg in regs:
                 named_file = PurePosixPath(path).stem.lower().strip("_") in stems  # console.py for Console
-                score = (2.0 * coverage + 1.0 * len(reg.patterns) / n + 1.5 * reg.definition + 0.3 * named_file
-                         + 0.1 * math.log1p(file_matches[path]) - 0.3 * is_test_file(path))
+                score = (
+                    2.0 * coverage
+                    + 1.0 * len(reg.patterns) / n
+                    + 1.5 * reg.definition
+                    + 0.3 * named_file
+                    + 0.1 * math.log1p(file_matches[path])
+                    - 0.3 * is_test_file(path)
+                )
                 content = "\n".join(reg.lines[k] for k in sorted(reg.lines))
-                out.append(Evidence(project=project.name, path=path, kind="chunk", start_line=reg.start,
-                                    end_line=reg.end, content=content, score=round(score, 4),
-                                    meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
-                                    flags=("exact-match", "output-truncated") if truncated else ("exact-match",)))
+                out.append(
+                    Evidence(
+                        project=project.name,
+                        path=path,
+                        kind="chunk",
+                        start_line=reg.start,
+                        end_line=reg.end,
+                        content=content,
+                        score=round(score, 4),
+                        meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
+                        flags=("exact-match", "output-truncated") if truncated else ("exact-match",),
+                    )
+                )
         return out
 
     @staticmethod

@@ -58,8 +58,9 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
 
 
 class SemanticIndexer:
-    def __init__(self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int,
-                 units: str = "chunks") -> None:
+    def __init__(
+        self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int, units: str = "chunks"
+    ) -> None:
         self.dir = directory
         self.embedder = embedder
         self.units = units
@@ -106,8 +107,14 @@ class SemanticIndexer:
                     cid = f"{f.key}#{n}"
                     ids.append(cid)
                     texts.append(c.text)
-                    self.meta[cid] = [f.project, f.path, c.start_line, c.end_line, c.symbol,
-                                      c.text[: self.snippet_chars]]
+                    self.meta[cid] = [
+                        f.project,
+                        f.path,
+                        c.start_line,
+                        c.end_line,
+                        c.symbol,
+                        c.text[: self.snippet_chars],
+                    ]
         if ids:
             self.store.add(ids, self.embedder.embed(texts, batch_size=self.batch))
         return len(ids)
@@ -138,17 +145,29 @@ class SemanticExpert(IndexedExpert):
     slow_index = True
 
     def _embedder(self) -> Embedder:
-        return shared_embedder(self.settings.get("model", "minilm-l6-int8"), int(self.settings.get("max_len", 128)),
-                               int(self.settings.get("threads", 2)))
+        return shared_embedder(
+            self.settings.get("model", "minilm-l6-int8"),
+            int(self.settings.get("max_len", 128)),
+            int(self.settings.get("threads", 2)),
+        )
 
     def indexer(self) -> SemanticIndexer:
-        return SemanticIndexer(self._dir, self._embedder(), int(self.settings.get("stored_chars", 1200)),
-                               int(self.settings.get("batch_size", 32)), str(self.settings.get("units", "chunks")))
+        return SemanticIndexer(
+            self._dir,
+            self._embedder(),
+            int(self.settings.get("stored_chars", 1200)),
+            int(self.settings.get("batch_size", 32)),
+            str(self.settings.get("units", "chunks")),
+        )
 
     def plan(self, query: Query) -> dict[str, Any]:
-        return {"text": query.question[:2000], "model": self._embedder().model_id,
-                "projects": [p.name for p in query.projects], "path": normalize_scope_path(query.scope.path),
-                "language": query.scope.language}
+        return {
+            "text": query.question[:2000],
+            "model": self._embedder().model_id,
+            "projects": [p.name for p in query.projects],
+            "path": normalize_scope_path(query.scope.path),
+            "language": query.scope.language,
+        }
 
     def _load(self) -> tuple[VectorStore, dict[str, list[Any]]]:
         path = self._dir / "vectors.npz"
@@ -184,9 +203,19 @@ class SemanticExpert(IndexedExpert):
             project, path, start, end, symbol, text = m
             if project not in projects or (scoped and not in_scope(path, query.scope)):
                 continue
-            out.append(Evidence(project=project, path=path, kind="file" if cid.endswith("#file") else "chunk", start_line=start, end_line=end,
-                                content=text, score=round(score, 4), symbol=symbol,
-                                flags=self.stale_flags(projects[project], path)))
+            out.append(
+                Evidence(
+                    project=project,
+                    path=path,
+                    kind="file" if cid.endswith("#file") else "chunk",
+                    start_line=start,
+                    end_line=end,
+                    content=text,
+                    score=round(score, 4),
+                    symbol=symbol,
+                    flags=self.stale_flags(projects[project], path),
+                )
+            )
             if len(out) >= query.limit:
                 break
         return out

@@ -31,16 +31,55 @@ from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
 from .indexed import IndexedExpert
 
-SUBCLASS_WORDS = re.compile(r"\b(subclass(es|ed|ing)?|inherit(s|ed|ing|ance)?|implements|implementations?|"
-                            r"implementers?|implementing|extends|extending|derived?|derives|descendants?|"
-                            r"child class(es)?)\b", re.I)
-REFERENCE_WORDS = re.compile(r"\b(calls?|callers?|called|call sites?|references?|referenced|referencing|uses|"
-                             r"usages?|used by|who uses|invok(es|ed|ing)|importers?|imports|imported|depends?|"
-                             r"breaks?|impact)\b", re.I)
+SUBCLASS_WORDS = re.compile(
+    r"\b(subclass(es|ed|ing)?|inherit(s|ed|ing|ance)?|implements|implementations?|"
+    r"implementers?|implementing|extends|extending|derived?|derives|descendants?|"
+    r"child class(es)?)\b",
+    re.I,
+)
+REFERENCE_WORDS = re.compile(
+    r"\b(calls?|callers?|called|call sites?|references?|referenced|referencing|uses|"
+    r"usages?|used by|who uses|invok(es|ed|ing)|importers?|imports|imported|depends?|"
+    r"breaks?|impact)\b",
+    re.I,
+)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NOT_NAMES = frozenset("""where what which who whom class classes function functions method methods type types
-interface interfaces struct structs symbol symbols module modules variable constant field defined declared
-implemented located lives live exist exists""".split())
+_NOT_NAMES = frozenset(
+    [
+        "where",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "class",
+        "classes",
+        "function",
+        "functions",
+        "method",
+        "methods",
+        "type",
+        "types",
+        "interface",
+        "interfaces",
+        "struct",
+        "structs",
+        "symbol",
+        "symbols",
+        "module",
+        "modules",
+        "variable",
+        "constant",
+        "field",
+        "defined",
+        "declared",
+        "implemented",
+        "located",
+        "lives",
+        "live",
+        "exist",
+        "exists",
+    ]
+)
 CLASS_LIKE = frozenset({"class", "interface", "struct", "trait", "enum", "implementation", "type"})
 MAX_NAMES = 8
 
@@ -64,8 +103,15 @@ def symbol_names(query: Query) -> tuple[list[str], bool]:
     names = [i for i in query.features.identifiers if _WORD.fullmatch(last_component(i))]
     if names:
         return list(dict.fromkeys(names))[:MAX_NAMES], False
-    words = [w for w in _WORD.findall(query.question) if len(w) >= 3 and w.lower() not in STOP_WORDS
-             and w.lower() not in _NOT_NAMES and not SUBCLASS_WORDS.fullmatch(w) and not REFERENCE_WORDS.fullmatch(w)]
+    words = [
+        w
+        for w in _WORD.findall(query.question)
+        if len(w) >= 3
+        and w.lower() not in STOP_WORDS
+        and w.lower() not in _NOT_NAMES
+        and not SUBCLASS_WORDS.fullmatch(w)
+        and not REFERENCE_WORDS.fullmatch(w)
+    ]
     capital = [w for i, w in enumerate(words) if w[0].isupper() and not (i == 0 and query.question.startswith(w))]
     return list(dict.fromkeys(capital or words))[:MAX_NAMES], True
 
@@ -74,9 +120,14 @@ def symbol_plan(query: Query, expert: str) -> dict[str, Any]:
     names, guessed = symbol_names(query)
     if not names:
         raise ExpertUnconfigured("the question names no symbol to look up", expert=expert)
-    return {"mode": symbol_mode(query), "names": names, "guessed": guessed,
-            "projects": [p.name for p in query.projects], "path": normalize_scope_path(query.scope.path),
-            "language": query.scope.language}
+    return {
+        "mode": symbol_mode(query),
+        "names": names,
+        "guessed": guessed,
+        "projects": [p.name for p in query.projects],
+        "path": normalize_scope_path(query.scope.path),
+        "language": query.scope.language,
+    }
 
 
 def module_of(path: str) -> str:
@@ -155,9 +206,13 @@ class SymbolsExpert(IndexedExpert):
     _store: SymbolStore | None = None
 
     def indexer(self) -> SymbolIndexer:
-        return SymbolIndexer(self._dir, languages=self.languages, references=self.references,
-                             with_names=self.with_names,
-                             snippet_lines=int(self.settings.get("snippet_lines", 8)))
+        return SymbolIndexer(
+            self._dir,
+            languages=self.languages,
+            references=self.references,
+            with_names=self.with_names,
+            snippet_lines=int(self.settings.get("snippet_lines", 8)),
+        )
 
     def accepts(self, f: SourceFile) -> bool:
         """Only files a grammar can tag are indexed (called by ``engine index``)."""
@@ -188,14 +243,16 @@ class SymbolsExpert(IndexedExpert):
         return scored
 
     @staticmethod
-    def _definition_rows(store: SymbolStore, names: list[str], guessed: bool,
-                         projects: list[str]) -> list[tuple[float, SymbolRow]]:
+    def _definition_rows(
+        store: SymbolStore, names: list[str], guessed: bool, projects: list[str]
+    ) -> list[tuple[float, SymbolRow]]:
         rows = store.by_name([last_component(n) for n in names], "definition", projects)
         scored = [(max(definition_score(n, r.qualified_name, r.path, guessed) for n in names), r) for r in rows]
         return [(s, r) for s, r in scored if s > 0]
 
-    def _reference_rows(self, store: SymbolStore, names: list[str], guessed: bool,
-                        projects: list[str]) -> list[tuple[float, int, SymbolRow]]:
+    def _reference_rows(
+        self, store: SymbolStore, names: list[str], guessed: bool, projects: list[str]
+    ) -> list[tuple[float, int, SymbolRow]]:
         """Reference tags, then classes inheriting from the name, then (halved) its definitions."""
         scored: list[tuple[float, int, SymbolRow]] = []
         for row in store.by_name([last_component(n) for n in names], "reference", projects):
@@ -265,6 +322,15 @@ def row_evidence(row: SymbolRow, score: float, flags: tuple[str, ...] = ()) -> E
         symbol = row.qualified_name
     if row.enclosing:
         meta["enclosing"] = row.enclosing
-    return Evidence(project=row.project, path=row.path, kind="symbol", start_line=row.start_line,
-                    end_line=row.end_line, content=row.snippet, score=round(score, 4), symbol=symbol,
-                    meta=meta, flags=flags)
+    return Evidence(
+        project=row.project,
+        path=row.path,
+        kind="symbol",
+        start_line=row.start_line,
+        end_line=row.end_line,
+        content=row.snippet,
+        score=round(score, 4),
+        symbol=symbol,
+        meta=meta,
+        flags=flags,
+    )

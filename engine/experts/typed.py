@@ -105,14 +105,13 @@ class _Files:
                 self._scripts[key] = None
             else:
                 code = data.decode("utf-8", "replace")
-                script = _jedi().Script(code, path=p.root / path, project=_project(p.root),
-                                        environment=_environment())
+                script = _jedi().Script(code, path=p.root / path, project=_project(p.root), environment=_environment())
                 self._scripts[key] = (script, code.split("\n"))
         return self._scripts[key]
 
 
 def _snippet(lines: list[str], start: int, end: int) -> str:
-    return "\n".join(lines[start - 1:min(end, start - 1 + SNIPPET_LINES)])
+    return "\n".join(lines[start - 1 : min(end, start - 1 + SNIPPET_LINES)])
 
 
 class TypedExpert(SymbolsExpert):
@@ -122,8 +121,11 @@ class TypedExpert(SymbolsExpert):
     with_names = True  # ... in the files that mention the name
 
     def plan(self, query: Query) -> dict[str, Any]:
-        return {**symbol_plan(query, self.name), "analysis": "jedi",
-                "max_files": int(self.settings.get("max_files", 60))}
+        return {
+            **symbol_plan(query, self.name),
+            "analysis": "jedi",
+            "max_files": int(self.settings.get("max_files", 60)),
+        }
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         deadline = time.monotonic() + SOFT_DEADLINE * self.spec.timeout_ms / 1000
@@ -168,15 +170,14 @@ class TypedExpert(SymbolsExpert):
 
     # -- definitions ---------------------------------------------------------------------------
 
-    def _definitions(self, store: SymbolStore, files: _Files, plan: dict[str, Any],
-                     deadline: float) -> list[Target]:
+    def _definitions(self, store: SymbolStore, files: _Files, plan: dict[str, Any], deadline: float) -> list[Target]:
         names = plan["names"]
         scored = self._definition_rows(store, names, plan["guessed"], plan["projects"])
         by_file: dict[tuple[str, str], list[tuple[float, SymbolRow]]] = defaultdict(list)  # best files first
         for s, r in sorted(scored, key=lambda t: (-t[0], t[1].project, t[1].path, t[1].start_line)):
             by_file[(r.project, r.path)].append((s, r))
         out: list[Target] = []
-        for (project, path), found in list(by_file.items())[: plan["max_files"]]:
+        for found in list(by_file.values())[: plan["max_files"]]:
             if time.monotonic() > deadline:
                 break
             for s, row in found:
@@ -199,15 +200,33 @@ class TypedExpert(SymbolsExpert):
                 if n.name == row.name and n.line == line and n.type in DEFINITION_TYPES:
                     start = (n.get_definition_start_position() or (n.line, 0))[0]
                     end = (n.get_definition_end_position() or (n.line, 0))[0]
-                    return Target(row.project, row.path, str(n.module_path), n.line, n.full_name or row.qualified_name,
-                                  n.type, start, end, score, _snippet(lines, start, end))
+                    return Target(
+                        row.project,
+                        row.path,
+                        str(n.module_path),
+                        n.line,
+                        n.full_name or row.qualified_name,
+                        n.type,
+                        start,
+                        end,
+                        score,
+                        _snippet(lines, start, end),
+                    )
         return None
 
     @staticmethod
     def _target_item(t: Target) -> Evidence:
-        return Evidence(project=t.project, path=t.path, kind="symbol", start_line=t.start_line, end_line=t.end_line,
-                        content=t.content, score=round(t.score, 4), symbol=t.full_name,
-                        meta={"kind": t.type, "role": "definition", "full_name": t.full_name, "analysis": "jedi"})
+        return Evidence(
+            project=t.project,
+            path=t.path,
+            kind="symbol",
+            start_line=t.start_line,
+            end_line=t.end_line,
+            content=t.content,
+            score=round(t.score, 4),
+            symbol=t.full_name,
+            meta={"kind": t.type, "role": "definition", "full_name": t.full_name, "analysis": "jedi"},
+        )
 
     # -- references ------------------------------------------------------------------------------
 
@@ -218,13 +237,14 @@ class TypedExpert(SymbolsExpert):
             for t in targets:
                 same_place = str(g.module_path) == t.module_path and g.line == t.line
                 if same_place or (g.full_name and g.full_name == t.full_name):
-                    return t.full_name
+                    return str(t.full_name)
             if not targets and g.full_name and any(g.full_name == i or g.full_name.endswith("." + i) for i in idents):
-                return g.full_name  # defined outside the workspace (stdlib, a dependency)
+                return str(g.full_name)  # defined outside the workspace (stdlib, a dependency)
         return None
 
-    def _references(self, store: SymbolStore, files: _Files, plan: dict[str, Any], targets: list[Target],
-                    deadline: float) -> list[Evidence]:
+    def _references(
+        self, store: SymbolStore, files: _Files, plan: dict[str, Any], targets: list[Target], deadline: float
+    ) -> list[Evidence]:
         idents = plan["names"]
         own = {(t.project, t.path, t.line) for t in targets}
         out: list[Evidence] = []
@@ -248,20 +268,35 @@ class TypedExpert(SymbolsExpert):
                     context = script.get_context(line, col)
                     caller = context.full_name if context is not None and context.full_name else None
                     is_import = bool(_IMPORT.match(lines[line - 1]))
-                    meta = {"kind": "import" if is_import else "reference", "role": "reference", "target": full,
-                            "analysis": "jedi"}
+                    meta = {
+                        "kind": "import" if is_import else "reference",
+                        "role": "reference",
+                        "target": full,
+                        "analysis": "jedi",
+                    }
                     if caller:
                         meta["enclosing"] = caller
-                    out.append(Evidence(project=project, path=path, kind="symbol", start_line=line, end_line=line,
-                                        content=lines[line - 1].strip(), score=0.9 if is_import else 1.0,
-                                        symbol=caller or full, meta=meta))
+                    out.append(
+                        Evidence(
+                            project=project,
+                            path=path,
+                            kind="symbol",
+                            start_line=line,
+                            end_line=line,
+                            content=lines[line - 1].strip(),
+                            score=0.9 if is_import else 1.0,
+                            symbol=caller or full,
+                            meta=meta,
+                        )
+                    )
         # the definitions close the list: what every reference above resolved to
         return out + [replace(self._target_item(t), score=round(0.5 * t.score, 4)) for t in targets]
 
     # -- subclasses ------------------------------------------------------------------------------
 
-    def _subclasses(self, store: SymbolStore, files: _Files, plan: dict[str, Any], targets: list[Target],
-                    deadline: float) -> list[Evidence]:
+    def _subclasses(
+        self, store: SymbolStore, files: _Files, plan: dict[str, Any], targets: list[Target], deadline: float
+    ) -> list[Evidence]:
         out: list[Evidence] = []
         idents, factor = list(plan["names"]), 1.0
         for _depth in range(2):
@@ -279,8 +314,9 @@ class TypedExpert(SymbolsExpert):
             targets, idents, factor = found, [t.full_name for t in found], factor * 0.8
         return out
 
-    def _confirm_subclass(self, files: _Files, row: SymbolRow, targets: list[Target], idents: list[str],
-                          factor: float) -> Target | None:
+    def _confirm_subclass(
+        self, files: _Files, row: SymbolRow, targets: list[Target], idents: list[str], factor: float
+    ) -> Target | None:
         """The class at ``row`` when one of its bases resolves to a target (jedi ``goto`` on the base)."""
         own = self._confirm_definition(files, row, base_score_any(idents, row.bases) * factor or factor)
         loaded = files.script(row.project, row.path)
@@ -299,14 +335,16 @@ DEFINITION_TYPES = frozenset({"class", "function", "statement", "module", "insta
 _IMPORT = re.compile(r"\s*(from\s+\S+\s+)?import\b")
 
 
-def occurrences(lines: list[str], name: str, start: int = 1, end: int | None = None, *,
-                definition: bool = False) -> list[tuple[int, int]]:
+def occurrences(
+    lines: list[str], name: str, start: int = 1, end: int | None = None, *, definition: bool = False
+) -> list[tuple[int, int]]:
     """(line, column) of ``name`` as a whole word in lines ``start..end`` outside ``#`` comments.
 
     With ``definition``, ``def name`` / ``class name`` come first: the name jedi can ``goto``.
     """
-    word = re.compile(rf"(?<![\w.])(?:(?:async\s+)?def|class)\s+({re.escape(name)})\b" if definition
-                      else rf"\b({re.escape(name)})\b")
+    word = re.compile(
+        rf"(?<![\w.])(?:(?:async\s+)?def|class)\s+({re.escape(name)})\b" if definition else rf"\b({re.escape(name)})\b"
+    )
     found: list[tuple[int, int]] = []
     last = min(len(lines), end or len(lines))
     for n in range(max(1, start), last + 1):

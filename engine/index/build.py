@@ -27,7 +27,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,10 +63,16 @@ class IndexReport:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.name, "added_or_changed": self.added, "removed": self.removed,
-                "unchanged": self.unchanged, "units": self.units, "seconds": round(self.seconds, 2),
-                "files_per_s": round(self.added / self.seconds, 1) if self.seconds and self.added else None,
-                **self.extra}
+        return {
+            "index": self.name,
+            "added_or_changed": self.added,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "units": self.units,
+            "seconds": round(self.seconds, 2),
+            "files_per_s": round(self.added / self.seconds, 1) if self.seconds and self.added else None,
+            **self.extra,
+        }
 
 
 @contextlib.contextmanager
@@ -130,9 +136,16 @@ def vars_of(f: SourceFile) -> dict[str, Any]:
     return {"project": f.project, "path": f.path, "size": f.size, "mtime_ns": f.mtime_ns, "sha256": f.sha256}
 
 
-def update_index(name: str, indexer: Indexer, workspace: Workspace, current: dict[str, SourceFile], *,
-                 batch_files: int = 200, progress: Progress | None = None,
-                 accept: Callable[[SourceFile], bool] | None = None) -> IndexReport:
+def update_index(
+    name: str,
+    indexer: Indexer,
+    workspace: Workspace,
+    current: dict[str, SourceFile],
+    *,
+    batch_files: int = 200,
+    progress: Progress | None = None,
+    accept: Callable[[SourceFile], bool] | None = None,
+) -> IndexReport:
     """Bring one index up to date with ``current``; commits and saves its manifest per batch."""
     started = time.perf_counter()
     manifest = Manifest.load(indexer.manifest_path)
@@ -154,7 +167,7 @@ def update_index(name: str, indexer: Indexer, workspace: Workspace, current: dic
             report.removed = len(gone)
             _save(manifest, workspace)
         for start in range(0, len(todo), batch_files):
-            batch = todo[start:start + batch_files]
+            batch = todo[start : start + batch_files]
             payload: list[tuple[SourceFile, bytes]] = []
             unreadable: list[str] = []
             for f in batch:
@@ -186,7 +199,7 @@ def update_index(name: str, indexer: Indexer, workspace: Workspace, current: dic
 
 def _save(manifest: Manifest, workspace: Workspace) -> None:
     manifest.heads = {p.name: read_head(p.root) for p in workspace.projects if p.is_git}
-    manifest.updated_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest.updated_at = datetime.now(UTC).isoformat(timespec="seconds")
     manifest.save()
 
 
@@ -199,8 +212,13 @@ def freshness(manifest_path: Path, projects: tuple[Project, ...] | list[Project]
             continue
         indexed, head = m.heads.get(p.name), read_head(p.root)
         per_project[p.name] = {"indexed_sha": indexed, "head_sha": head, "stale": indexed != head}
-    return {"indexed_at": m.updated_at or None, "files_indexed": len(m.files), "files_pending": m.pending,
-            "partial": m.pending > 0, "projects": per_project}
+    return {
+        "indexed_at": m.updated_at or None,
+        "files_indexed": len(m.files),
+        "files_pending": m.pending,
+        "partial": m.pending > 0,
+        "projects": per_project,
+    }
 
 
 def changed_since_indexed(manifest_path: Path, project: Project, path: str) -> bool | None:

@@ -35,13 +35,10 @@ def window_chunks(text: str, *, size: int = 60, overlap: int = 10) -> list[Chunk
 
 def chunk_file(path: str, data: bytes) -> list[Chunk]:
     """Chunks of one file; never raises."""
+    from ..syntax import chunks as syntax_chunks  # lazy: grammars load on first use
+
     try:
-        from ..syntax import chunks as syntax_chunks  # grammar-backed when available
-    except ImportError:  # pragma: no cover - the syntax layer is part of the package
-        syntax_chunks = None
-    if syntax_chunks is not None:
-        try:
-            return [Chunk(c.start_line, c.end_line, c.symbol, c.kind, c.text) for c in syntax_chunks(path, data)]
-        except Exception:  # noqa: BLE001 - a grammar failure must not lose the file: fall back to windows
-            pass
+        return [Chunk(c.start_line, c.end_line, c.symbol, c.kind, c.text) for c in syntax_chunks(path, data)]
+    except Exception:  # noqa: BLE001 - a grammar failure must not lose the file: fall back to windows
+        pass
     return window_chunks(data.decode("utf-8", "replace"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from ..types import Project
 from ..workspace import MAX_FILE_BYTES, SECRET_GLOBS, is_excluded, looks_binary_or_secret, rg_binary
@@ -57,8 +57,9 @@ def read_indexable(root: Path, path: str) -> bytes | None:
     return data
 
 
-def scan(projects: tuple[Project, ...] | list[Project], previous: Mapping[str, SourceFile] | None = None
-         ) -> dict[str, SourceFile]:
+def scan(
+    projects: tuple[Project, ...] | list[Project], previous: Mapping[str, SourceFile] | None = None
+) -> dict[str, SourceFile]:
     """Current indexable files by key; hashes only what changed since ``previous``."""
     previous = previous or {}
     out: dict[str, SourceFile] = {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_CACHE: dict[Path, tuple[int, "Manifest"]] = {}
+_CACHE: dict[Path, tuple[int, Manifest]] = {}
 
 
 @dataclass
@@ -40,15 +40,26 @@ class Manifest:
             raw = json.loads(path.read_text("utf-8"))
         except (OSError, ValueError):
             return cls(path)  # unreadable: treated as empty, the next index run rebuilds it
-        m = cls(path, raw.get("indexer_id", ""), raw.get("files", {}), raw.get("heads", {}),
-                raw.get("pending", 0), raw.get("updated_at", ""))
+        m = cls(
+            path,
+            raw.get("indexer_id", ""),
+            raw.get("files", {}),
+            raw.get("heads", {}),
+            raw.get("pending", 0),
+            raw.get("updated_at", ""),
+        )
         _CACHE[path] = (mtime, m)
         return m
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"indexer_id": self.indexer_id, "files": self.files, "heads": self.heads, "pending": self.pending,
-                "updated_at": self.updated_at}
+        data = {
+            "indexer_id": self.indexer_id,
+            "files": self.files,
+            "heads": self.heads,
+            "pending": self.pending,
+            "updated_at": self.updated_at,
+        }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, separators=(",", ":"))

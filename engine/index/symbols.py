@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..syntax import CODE_LANGUAGES, language_for, tags
 from .files import SourceFile
@@ -97,15 +98,22 @@ class SymbolIndexer:
     rebuilds the index instead of mixing two shapes.
     """
 
-    def __init__(self, directory: Path, *, languages: Iterable[str] | None = None, references: bool = True,
-                 with_names: bool = False, snippet_lines: int = 8, snippet_chars: int = 800) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        languages: Iterable[str] | None = None,
+        references: bool = True,
+        with_names: bool = False,
+        snippet_lines: int = 8,
+        snippet_chars: int = 800,
+    ) -> None:
         self.dir = directory
         self.languages = frozenset(languages) if languages is not None else None
         self.references, self.with_names = references, with_names
         self.snippet_lines, self.snippet_chars = snippet_lines, snippet_chars
         langs = ",".join(sorted(self.languages)) if self.languages is not None else "all"
-        self.indexer_id = (f"{INDEX_FORMAT}:{langs}{'' if references else ':no-refs'}"
-                           f"{':names' if with_names else ''}")
+        self.indexer_id = f"{INDEX_FORMAT}:{langs}{'' if references else ':no-refs'}{':names' if with_names else ''}"
         self.manifest_path = directory / "manifest.json"
         self._conn: sqlite3.Connection | None = None
         self._next_id = 1
@@ -116,8 +124,10 @@ class SymbolIndexer:
         if Manifest.load(self.manifest_path).indexer_id != self.indexer_id:
             # no manifest, or another shape: the content is unknown, start clean (same file, so
             # readers holding a connection simply see the new tables)
-            conn.executescript("DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS tags; "
-                               "DROP TABLE IF EXISTS bases; DROP TABLE IF EXISTS names;")
+            conn.executescript(
+                "DROP TABLE IF EXISTS files; DROP TABLE IF EXISTS tags; "
+                "DROP TABLE IF EXISTS bases; DROP TABLE IF EXISTS names;"
+            )
         conn.executescript(_SCHEMA)
         self._next_id = (conn.execute("SELECT max(id) FROM tags").fetchone()[0] or 0) + 1
 
@@ -144,24 +154,43 @@ class SymbolIndexer:
                 continue
             found = [t for t in tags(f.path, data) if self.references or t.role == "definition"]
             lines = data.decode("utf-8", "replace").split("\n")
-            fid = conn.execute("INSERT INTO files(key, project, path, lang) VALUES (?,?,?,?)",
-                               (f.key, f.project, f.path, lang)).lastrowid
-            rows, bases = [], []
+            fid = conn.execute(
+                "INSERT INTO files(key, project, path, lang) VALUES (?,?,?,?)", (f.key, f.project, f.path, lang)
+            ).lastrowid
+            rows: list[tuple[Any, ...]] = []
+            bases: list[tuple[Any, ...]] = []
             for i, t in enumerate(found, start=self._next_id):
                 if t.role == "definition":
-                    snippet = "\n".join(lines[t.start_line - 1:min(t.end_line, t.start_line - 1 + self.snippet_lines)])
+                    snippet = "\n".join(
+                        lines[t.start_line - 1 : min(t.end_line, t.start_line - 1 + self.snippet_lines)]
+                    )
                 else:
                     snippet = lines[t.start_line - 1].strip() if t.start_line <= len(lines) else ""
-                rows.append((i, fid, t.name, t.name.lower(), t.qualified_name, t.kind, t.role, t.start_line,
-                             t.end_line, t.enclosing, _SEP.join(t.bases), snippet[: self.snippet_chars]))
+                rows.append(
+                    (
+                        i,
+                        fid,
+                        t.name,
+                        t.name.lower(),
+                        t.qualified_name,
+                        t.kind,
+                        t.role,
+                        t.start_line,
+                        t.end_line,
+                        t.enclosing,
+                        _SEP.join(t.bases),
+                        snippet[: self.snippet_chars],
+                    )
+                )
                 bases.extend((fid, i, b, last_component(b).lower()) for b in t.bases)
             self._next_id += len(found)
             conn.executemany("INSERT INTO tags VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             conn.executemany("INSERT INTO bases VALUES (?,?,?,?)", bases)
             n += len(found)
             if self.with_names:
-                conn.executemany("INSERT OR IGNORE INTO names VALUES (?,?)",
-                                 [(m.decode(), fid) for m in set(_IDENT.findall(data))])
+                conn.executemany(
+                    "INSERT OR IGNORE INTO names VALUES (?,?)", [(m.decode(), fid) for m in set(_IDENT.findall(data))]
+                )
         return n
 
     def remove(self, keys: list[str]) -> None:
@@ -177,13 +206,16 @@ class SymbolIndexer:
         self._conn = None
 
 
-_ROW_SQL = ("SELECT f.project, f.path, t.name, t.qname, t.kind, t.role, t.start, t.end, t.enclosing, t.bases, "
-            "t.snippet FROM tags t JOIN files f ON f.fid = t.fid")
+_ROW_SQL = (
+    "SELECT f.project, f.path, t.name, t.qname, t.kind, t.role, t.start, t.end, t.enclosing, t.bases, "
+    "t.snippet FROM tags t JOIN files f ON f.fid = t.fid"
+)
 
 
 def _row(r: tuple) -> SymbolRow:  # type: ignore[type-arg]
-    return SymbolRow(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), int(r[7]), r[8],
-                     tuple(b for b in r[9].split(_SEP) if b), r[10])
+    return SymbolRow(
+        r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), int(r[7]), r[8], tuple(b for b in r[9].split(_SEP) if b), r[10]
+    )
 
 
 class SymbolStore:
@@ -214,36 +246,45 @@ class SymbolStore:
             return "", []
         return f" AND f.project IN ({','.join('?' * len(projects))})", list(projects)
 
-    def by_name(self, names: Iterable[str], role: str, projects: Sequence[str] | None = None,
-                cap: int = 5000) -> list[SymbolRow]:
+    def by_name(
+        self, names: Iterable[str], role: str, projects: Sequence[str] | None = None, cap: int = 5000
+    ) -> list[SymbolRow]:
         """Tags of ``role`` whose name equals one of ``names`` ignoring case (the caller ranks)."""
         lnames = sorted({n.lower() for n in names})
         if not lnames or projects == []:
             return []
         extra, args = self._projects_sql(projects)
-        sql = (f"{_ROW_SQL} WHERE t.lname IN ({','.join('?' * len(lnames))}) AND t.role=?{extra} "
-               "ORDER BY f.project, f.path, t.start LIMIT ?")
+        sql = (
+            f"{_ROW_SQL} WHERE t.lname IN ({','.join('?' * len(lnames))}) AND t.role=?{extra} "
+            "ORDER BY f.project, f.path, t.start LIMIT ?"
+        )
         return [_row(r) for r in self._db().execute(sql, [*lnames, role, *args, cap])]
 
-    def subclasses(self, names: Iterable[str], projects: Sequence[str] | None = None,
-                   cap: int = 5000) -> list[SymbolRow]:
+    def subclasses(
+        self, names: Iterable[str], projects: Sequence[str] | None = None, cap: int = 5000
+    ) -> list[SymbolRow]:
         """Definitions listing a base whose last component equals one of ``names`` ignoring case."""
         lnames = sorted({last_component(n).lower() for n in names})
         if not lnames or projects == []:
             return []
         extra, args = self._projects_sql(projects)
-        sql = (f"{_ROW_SQL} WHERE t.id IN (SELECT tag FROM bases WHERE lbase IN "
-               f"({','.join('?' * len(lnames))})){extra} ORDER BY f.project, f.path, t.start LIMIT ?")
+        sql = (
+            f"{_ROW_SQL} WHERE t.id IN (SELECT tag FROM bases WHERE lbase IN "
+            f"({','.join('?' * len(lnames))})){extra} ORDER BY f.project, f.path, t.start LIMIT ?"
+        )
         return [_row(r) for r in self._db().execute(sql, [*lnames, *args, cap])]
 
-    def files_mentioning(self, name: str, projects: Sequence[str] | None = None,
-                         cap: int = 2000) -> list[tuple[str, str]]:
+    def files_mentioning(
+        self, name: str, projects: Sequence[str] | None = None, cap: int = 2000
+    ) -> list[tuple[str, str]]:
         """(project, path) of files whose text contains the identifier ``name`` (``names`` table)."""
         if projects == []:
             return []
         extra, args = self._projects_sql(projects)
-        sql = (f"SELECT f.project, f.path FROM names n JOIN files f ON f.fid = n.fid WHERE n.name=?{extra} "
-               "ORDER BY f.project, f.path LIMIT ?")
+        sql = (
+            f"SELECT f.project, f.path FROM names n JOIN files f ON f.fid = n.fid WHERE n.name=?{extra} "
+            "ORDER BY f.project, f.path LIMIT ?"
+        )
         return [(r[0], r[1]) for r in self._db().execute(sql, [name, *args, cap])]
 
     def close(self) -> None:

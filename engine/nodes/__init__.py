@@ -9,5 +9,17 @@ from .gate import GateNode
 from .receipt import ReceiptNode
 from .score import ScoreNode
 
-__all__ = ["NODE_KINDS", "ClassifyNode", "DispatchNode", "FanoutNode", "FuseNode", "FusedItem", "GateNode", "Node",
-           "ReceiptNode", "RunState", "ScoreNode", "Selection"]
+__all__ = [
+    "NODE_KINDS",
+    "ClassifyNode",
+    "DispatchNode",
+    "FanoutNode",
+    "FuseNode",
+    "FusedItem",
+    "GateNode",
+    "Node",
+    "ReceiptNode",
+    "RunState",
+    "ScoreNode",
+    "Selection",
+]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from ..errors import EngineError, SpecError
 from ..spec import ConfigSet, NodeSpec, PipelineSpec
@@ -86,6 +87,7 @@ class Node(ABC):
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         """Raise SpecError when settings name experts, pipelines or values that do not exist."""
+        return None  # most kinds have nothing to check beyond the graph itself
 
     @abstractmethod
     async def run(self, state: RunState) -> None:
@@ -94,8 +96,10 @@ class Node(ABC):
     def _check_experts(self, names: Any, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
         for name in names or ():
             if name not in config.experts:
-                raise SpecError(f"{pipeline.file.name}: node {self.id!r} settings.{key} names unknown expert "
-                                f"{name!r}; experts.yaml defines {sorted(config.experts)}")
+                raise SpecError(
+                    f"{pipeline.file.name}: node {self.id!r} settings.{key} names unknown expert "
+                    f"{name!r}; experts.yaml defines {sorted(config.experts)}"
+                )
 
 
 NODE_KINDS: dict[str, type[Node]] = {}

@@ -22,16 +22,20 @@ class DispatchNode(Node):
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         routes = self.settings.get("routes")
         if not isinstance(routes, dict) or not routes:
-            raise SpecError(f"{pipeline.file.name}: dispatch node {self.id!r} needs settings.routes: {{class: pipeline}}")
-        targets = list(routes.items()) + [("default", self.settings.get("default"))]
+            raise SpecError(
+                f"{pipeline.file.name}: dispatch node {self.id!r} needs settings.routes: {{class: pipeline}}"
+            )
+        targets = [*routes.items(), ("default", self.settings.get("default"))]
         for klass, target in targets:
             if klass != "default" and klass not in CLASSES:
                 raise SpecError(f"{pipeline.file.name}: routes names unknown class {klass!r}; classes: {list(CLASSES)}")
             if target is None and klass == "default":
                 raise SpecError(f"{pipeline.file.name}: dispatch node {self.id!r} needs settings.default")
             if target not in config.pipelines or target == pipeline.name:
-                raise SpecError(f"{pipeline.file.name}: route {klass} → {target!r} is not another pipeline; "
-                                f"pipelines: {sorted(config.pipelines)}")
+                raise SpecError(
+                    f"{pipeline.file.name}: route {klass} → {target!r} is not another pipeline; "
+                    f"pipelines: {sorted(config.pipelines)}"
+                )
 
     async def run(self, state: RunState) -> None:
         c = state.classification

@@ -26,8 +26,14 @@ def build_query(state: RunState) -> Query:
     assert c is not None
     projects = state.workspace.scoped_projects(state.request.scope, dict(state.config.priors.groups))
     fusion = state.config.priors.fusion
-    return Query(question=state.request.question, klass=c.klass, features=c.features, scope=state.request.scope,
-                 projects=projects, limit=max(fusion.overfetch, state.request.limit))
+    return Query(
+        question=state.request.question,
+        klass=c.klass,
+        features=c.features,
+        scope=state.request.scope,
+        projects=projects,
+        limit=max(fusion.overfetch, state.request.limit),
+    )
 
 
 @node_kind

@@ -26,9 +26,14 @@ class FuseNode(Node):
         k = int(self.settings.get("k", fusion.k))
         weights = dict(state.selection.experts)
         classes = {n: state.config.experts[n].precision_class for n in state.outcomes}
-        state.fusion_info = {"method": fusion.method, "k": k, "weights": weights,
-                             "per_file_cap": fusion.per_file_cap, "doc_file_prior": fusion.doc_file_prior,
-                             "test_file_prior": fusion.test_file_prior}
+        state.fusion_info = {
+            "method": fusion.method,
+            "k": k,
+            "weights": weights,
+            "per_file_cap": fusion.per_file_cap,
+            "doc_file_prior": fusion.doc_file_prior,
+            "test_file_prior": fusion.test_file_prior,
+        }
         if state.request.mode == "separate":
             state.fusion_info["method"] = "none (mode=separate)"
             return
@@ -60,5 +65,7 @@ class FuseNode(Node):
         state.fused = kept
         max_score = sum(weights.values()) / (k + 1) if weights else 0.0
         top = kept[0].score / max_score if kept and max_score else 0.0
-        state.confidence = {"score": round(top, 4), "label": "none" if not kept else
-                            ("low" if top < fusion.low_confidence_below else "high")}
+        state.confidence = {
+            "score": round(top, 4),
+            "label": "none" if not kept else ("low" if top < fusion.low_confidence_below else "high"),
+        }

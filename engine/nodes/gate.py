@@ -32,8 +32,10 @@ class GateNode(Node):
         allowed = self.settings.get("experts")
         state.selection = select(state, set(allowed) if allowed else None)
         if not state.selection.experts:
-            raise GateError("no expert passed the gate for this question; see receipt.experts_selected for why",
-                            reasons=state.selection.reasons)
+            raise GateError(
+                "no expert passed the gate for this question; see receipt.experts_selected for why",
+                reasons=state.selection.reasons,
+            )
 
 
 def select(state: RunState, allowed: set[str] | None = None) -> Selection:
@@ -55,8 +57,10 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
             reasons[name] = "disabled in experts.yaml"
         elif w < gate.min_prior:
             reasons[name] = f"prior {w} below gate.min_prior {gate.min_prior} for {basis}"
-        elif req.budget.min_precision_class and \
-                PRECISION_RANK[spec.precision_class] < PRECISION_RANK[req.budget.min_precision_class]:
+        elif (
+            req.budget.min_precision_class
+            and PRECISION_RANK[spec.precision_class] < PRECISION_RANK[req.budget.min_precision_class]
+        ):
             reasons[name] = f"precision {spec.precision_class} below budget.min_precision_class"
         elif req.scope.language and spec.languages and req.scope.language.lower() not in spec.languages:
             reasons[name] = f"does not handle scope.language {req.scope.language}"
@@ -68,8 +72,11 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
             candidates[name] = w
     ranked = sorted(candidates.items(), key=lambda kv: (-kv[1], kv[0]))
     single = False
-    if len(ranked) > 1 and ranked[0][1] >= gate.single_expert_at and \
-            all(w < gate.single_expert_others_below for _, w in ranked[1:]):
+    if (
+        len(ranked) > 1
+        and ranked[0][1] >= gate.single_expert_at
+        and all(w < gate.single_expert_others_below for _, w in ranked[1:])
+    ):
         for name, w in ranked[1:]:
             reasons[name] = f"one expert suffices: {ranked[0][0]} prior {ranked[0][1]} dominates ({w})"
         ranked, single = ranked[:1], True

@@ -9,7 +9,7 @@ has nothing left to do.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
@@ -23,24 +23,29 @@ def build_receipt(state: RunState) -> dict[str, Any]:
     status = "ok" if state.error is None else state.error.code
     receipt: dict[str, Any] = {
         "receipt_id": uuid.uuid4().hex,
-        "created_at": state.created_at or datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "created_at": state.created_at or datetime.now(UTC).isoformat(timespec="milliseconds"),
         "engine_version": __version__,
         "request_hash": req.hash(),
         "request": req.to_dict(),
         "config_version": state.config_version,
         "pipeline": " → ".join(state.pipelines_run) or state.pipeline.name,
         "classifier": c.to_dict() if c else {"class": None, "confidence": 0.0, "rule": "not-run", "abstained": False},
-        "experts_selected": {"selected": list(sel.experts) if sel else [],
-                             "single_expert": bool(sel and sel.single_expert),
-                             "why": dict(sorted(sel.reasons.items())) if sel else {}},
+        "experts_selected": {
+            "selected": list(sel.experts) if sel else [],
+            "single_expert": bool(sel and sel.single_expert),
+            "why": dict(sorted(sel.reasons.items())) if sel else {},
+        },
         "sub_queries": {n: o.sub_query for n, o in sorted(state.outcomes.items())},
         "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
-        "budget": {"asked": req.budget.to_dict(),
-                   "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)}},
+        "budget": {
+            "asked": req.budget.to_dict(),
+            "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)},
+        },
         "fusion": state.fusion_info or {"method": "none"},
         "cache": state.cache,
-        "result_count": len(state.fused) if state.request.mode == "fused" else
-        sum(len(o.items) for o in state.outcomes.values()),
+        "result_count": len(state.fused)
+        if state.request.mode == "fused"
+        else sum(len(o.items) for o in state.outcomes.values()),
         "status": status,
     }
     if state.confidence:
@@ -56,11 +61,20 @@ def write_receipt(state: RunState) -> None:
         return
     try:
         receipt = sign(build_receipt(state), state.services.signing_key())
-        state.services.store.append("receipts", {
-            "receipt_id": receipt["receipt_id"], "created_at": receipt["created_at"],
-            "pipeline": receipt["pipeline"], "config_version": receipt["config_version"],
-            "request_hash": receipt["request_hash"], "class": receipt["classifier"]["class"],
-            "result_count": receipt["result_count"], "status": receipt["status"], "body": receipt})
+        state.services.store.append(
+            "receipts",
+            {
+                "receipt_id": receipt["receipt_id"],
+                "created_at": receipt["created_at"],
+                "pipeline": receipt["pipeline"],
+                "config_version": receipt["config_version"],
+                "request_hash": receipt["request_hash"],
+                "class": receipt["classifier"]["class"],
+                "result_count": receipt["result_count"],
+                "status": receipt["status"],
+                "body": receipt,
+            },
+        )
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request

@@ -14,8 +14,15 @@ from typing import Any
 from ..workspace import in_scope
 from .base import Node, RunState, node_kind
 
-PRECISION_SCORE = {"typed": 1.0, "structural": 0.9, "hybrid": 0.85, "lexical": 0.75, "semantic": 0.6,
-                   "docs": 0.5, "history": 0.5}
+PRECISION_SCORE = {
+    "typed": 1.0,
+    "structural": 0.9,
+    "hybrid": 0.85,
+    "lexical": 0.75,
+    "semantic": 0.6,
+    "docs": 0.5,
+    "history": 0.5,
+}
 
 
 @node_kind

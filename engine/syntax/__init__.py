@@ -70,7 +70,7 @@ def outline(
         lang = language_for(path)
         if lang in DOC_LANGUAGES:
             text = source.decode("utf-8", errors="replace")
-            found = _section_tags(sections_for(lang, text))  # type: ignore[arg-type]
+            found = _section_tags(sections_for(lang, text))
             return found, (_chunks(path, source, max_lines=max_lines) if with_chunks else [])
         if lang is None or len(source) > MAX_PARSE_BYTES:
             return [], (_chunks(path, source, max_lines=max_lines) if with_chunks else [])

@@ -40,8 +40,7 @@ WINDOW_OVERLAP = 10
 MAX_CHUNK_CHARS = 16_000
 
 _LEADING = frozenset(
-    {"comment", "line_comment", "block_comment", "attribute_item", "decorator", "annotation",
-     "marker_annotation"}
+    {"comment", "line_comment", "block_comment", "attribute_item", "decorator", "annotation", "marker_annotation"}
 )
 _CONTAINER_KINDS = CLASS_KINDS | {"module"}
 _CLOSERS = frozenset({"", "}", "};", "})", ")", "]", "end", "*/"})
@@ -78,9 +77,7 @@ def _make(path: str, symbol: str | None, kind: str, lines: Lines) -> Chunk:
     return Chunk(lines[0][0], lines[-1][0], symbol, kind, text)
 
 
-def _split(
-    path: str, symbol: str | None, kind: str, lines: Lines, size: int, overlap: int
-) -> list[Chunk]:
+def _split(path: str, symbol: str | None, kind: str, lines: Lines, size: int, overlap: int) -> list[Chunk]:
     """One chunk if ``lines`` fit in ``size``, else overlapping windows of ``size`` lines."""
     lines = _trim(lines)
     if not lines:
@@ -91,7 +88,7 @@ def _split(
     step = max(size - overlap, 1)
     out: list[Chunk] = []
     for start in range(0, len(lines), step):
-        out.append(_make(path, symbol, kind, lines[start:start + size]))
+        out.append(_make(path, symbol, kind, lines[start : start + size]))
         if start + size >= len(lines):
             break
     return out

@@ -65,7 +65,7 @@ def _finish(heads: list[tuple[int, int, str]], line_count: int) -> list[Section]
         stack.append((level, title))
         end = heads[i + 1][0] - 1 if i + 1 < len(heads) else line_count
         full_end = line_count
-        for later_line, later_level, _ in heads[i + 1:]:
+        for later_line, later_level, _ in heads[i + 1 :]:
             if later_level <= level:
                 full_end = later_line - 1
                 break
@@ -90,9 +90,13 @@ def markdown_sections(text: str) -> list[Section]:
         line = lines[i]
         fence_match = _FENCE.match(line)
         if fence is not None:
-            if fence_match and fence_match.group(1)[0] == fence[0] and len(fence_match.group(1)) >= len(fence):
-                if not line.strip().lstrip(fence[0]):
-                    fence = None
+            if (
+                fence_match
+                and fence_match.group(1)[0] == fence[0]
+                and len(fence_match.group(1)) >= len(fence)
+                and not line.strip().lstrip(fence[0])
+            ):
+                fence = None
             prev_is_text = False
             continue
         if fence_match:
@@ -137,13 +141,7 @@ def rst_sections(text: str) -> list[Section]:
                 i += 3
                 continue
         # Underlined title: unindented text after a blank line (or at the top), then adornment.
-        if (
-            line.strip()
-            and not line[0].isspace()
-            and not over
-            and (i == 0 or not lines[i - 1].strip())
-            and i + 1 < n
-        ):
+        if line.strip() and not line[0].isspace() and not over and (i == 0 or not lines[i - 1].strip()) and i + 1 < n:
             under = _RST_ADORN.match(lines[i + 1])
             title = line.rstrip()
             width = len(lines[i + 1].rstrip())

@@ -29,24 +29,35 @@ __all__ = [
     "CODE_LANGUAGES",
     "DOC_LANGUAGES",
     "GrammarSpec",
+    "grammar",
     "language_for",
     "parser_for",
-    "grammar",
     "query_for",
     "query_parts",
 ]
 
 _EXTENSIONS: dict[str, str] = {
-    ".py": "python", ".pyi": "python", ".pyw": "python",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript",
+    ".py": "python",
+    ".pyi": "python",
+    ".pyw": "python",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".cjs": "javascript",
+    ".jsx": "javascript",
+    ".ts": "typescript",
+    ".mts": "typescript",
+    ".cts": "typescript",
     ".tsx": "tsx",
     ".go": "go",
     ".rs": "rust",
     ".java": "java",
-    ".md": "markdown", ".markdown": "markdown", ".mdown": "markdown", ".mkd": "markdown",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".mdown": "markdown",
+    ".mkd": "markdown",
     ".mdx": "markdown",
-    ".rst": "rst", ".rest": "rst",
+    ".rst": "rst",
+    ".rest": "rst",
 }
 
 CODE_LANGUAGES: tuple[str, ...] = ("python", "javascript", "typescript", "tsx", "go", "rust", "java")
@@ -124,9 +135,7 @@ class GrammarSpec:
 
 _GRAMMARS: dict[str, GrammarSpec] = {
     "python": GrammarSpec("tree_sitter_python", "language", ("tree_sitter_python",), _PYTHON_EXTRA),
-    "javascript": GrammarSpec(
-        "tree_sitter_javascript", "language", ("tree_sitter_javascript",), _JAVASCRIPT_EXTRA
-    ),
+    "javascript": GrammarSpec("tree_sitter_javascript", "language", ("tree_sitter_javascript",), _JAVASCRIPT_EXTRA),
     "typescript": GrammarSpec(
         "tree_sitter_typescript",
         "language_typescript",

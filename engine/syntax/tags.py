@@ -140,7 +140,7 @@ def _clean_type(text: str) -> str:
     text = text.lstrip("&*~ ")
     for prefix in ("mut ", "dyn ", "const "):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     return text.strip()
 
 
@@ -150,9 +150,7 @@ def _outer(node: Node) -> Node:
         parent = node.parent
         if parent is None:
             return node
-        if parent.type in _OUTER_ALWAYS or (
-            parent.type in _OUTER_IF_ONLY_CHILD and parent.named_child_count == 1
-        ):
+        if parent.type in _OUTER_ALWAYS or (parent.type in _OUTER_IF_ONLY_CHILD and parent.named_child_count == 1):
             node = parent
             continue
         return node
@@ -311,10 +309,12 @@ def analyze(lang: str, source: bytes) -> Analysis | None:
     _attach_bases(base_nodes, by_node_id, definitions)
 
     tags: list[Tag] = []
-    for d, ref in out:
-        if d is None:
-            tags.append(ref)  # type: ignore[arg-type]
+    for found, ref in out:
+        if found is None:
+            assert ref is not None  # each entry holds a definition or a reference
+            tags.append(ref)
             continue
+        d = found
         start_line, end_line = node_lines(d.span)
         enclosing = d.receiver or (d.parent.qualified if d.parent is not None else None)
         tags.append(
@@ -332,9 +332,7 @@ def analyze(lang: str, source: bytes) -> Analysis | None:
     return Analysis(tree=tree, definitions=definitions, tags=tags)
 
 
-def _attach_bases(
-    base_nodes: list[Node], by_node_id: dict[int, Definition], definitions: list[Definition]
-) -> None:
+def _attach_bases(base_nodes: list[Node], by_node_id: dict[int, Definition], definitions: list[Definition]) -> None:
     for base in base_nodes:
         owner = base.parent
         while owner is not None and owner.id not in by_node_id:
