@@ -1,0 +1,89 @@
+"""Fused answers pinned before the fusion refactor (issue 9): same input, same output, to the digit.
+
+The golden file was written by this test on the tree *before* ``fuse()`` became a pure function
+and items became typed payloads (``PIN_REGEN=1 pytest tests/test_fusion_pinned.py``). Every
+expert runs for real over the conftest repos (all indexes built). Commit items are compared
+without their sha-derived fields (a commit's sha depends on the wall clock of the test run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.indexing import index_workspace
+from engine.spec import load_config
+from engine.workspace import Workspace
+
+from .helpers import ask
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "pinned_fusion.json"
+
+CASES: dict[str, dict[str, Any]] = {
+    "identifier": {"question": 'where does "retry budget exhausted for request" come from'},
+    "config-key": {"question": "which file sets the config key 'upload.max_size_mb'"},
+    "typed-symbol": {"question": "where is FileSystemStorage defined"},
+    "impact": {"question": "who calls RetryPolicy"},
+    "docs": {"question": "how do I upload a file"},
+    "conceptual": {"question": "how is the retry backoff decided", "limit": 5},
+    "history": {"question": "when was jitter added to the retry backoff"},
+    "scoped": {"question": "UploadClient upload", "scope": {"project": "beta"}},
+    "separate": {"question": '"RetryPolicy"', "mode": "separate"},
+    "cap": {"question": "FileSystemStorage save path content", "limit": 20},
+}
+
+
+def _stable_item(item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("kind") != "commit":
+        return item
+    return {k: v for k, v in item.items() if k not in ("id", "content", "meta")}
+
+
+def _pinned(response: dict[str, Any]) -> dict[str, Any]:
+    receipt = response["receipt"]
+    out: dict[str, Any] = {
+        "items": [_stable_item(it) for it in response["items"]],
+        "confidence": response.get("confidence"),
+        "fusion": receipt["fusion"],
+        "classifier": receipt["classifier"],
+        "selected": receipt["experts_selected"]["selected"],
+        "result_count": receipt["result_count"],
+    }
+    if "separate" in response:
+        out["separate"] = {
+            name: {**s, "items": [_stable_item(it) for it in s["items"]]} for name, s in response["separate"].items()
+        }
+    return out
+
+
+@pytest.fixture(scope="module")
+def all_indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from .conftest import ALPHA, BETA, ROOT, git, make_repo
+
+    base = tmp_path_factory.mktemp("pinned")
+    ws = base / "ws"
+    make_repo(ws / "alpha", ALPHA)
+    make_repo(ws / "beta", BETA)
+    (ws / "alpha" / "alpha" / "retry.py").write_text(ALPHA["alpha/retry.py"] + "\n# backoff jitter added\n")
+    git(ws / "alpha", "commit", "-qam", "Add jitter to the retry backoff")
+    index_workspace(Workspace.open([ws]), load_config(ROOT), progress=False)
+    return ws, ROOT
+
+
+def test_fused_answers_are_unchanged(all_indexed: tuple[Path, Path]) -> None:
+    ws, config = all_indexed
+    got = {}
+    for name, case in CASES.items():
+        fields = {k: v for k, v in case.items() if k != "question"}
+        result = ask(config, ws, case["question"], **fields)
+        assert result.error is None, (name, result.response.get("error"))
+        got[name] = _pinned(result.response)
+    if os.environ.get("PIN_REGEN") == "1":
+        GOLDEN.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    expected = json.loads(GOLDEN.read_text())
+    for name in CASES:
+        assert got[name] == expected[name], name
