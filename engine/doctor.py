@@ -8,12 +8,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .config import load_config
 from .errors import EngineError
 from .experts import ExpertEnv, adapter_class
+from .experts.indexed import IndexedExpert
 from .graph import build_graph
 from .index.build import freshness
 from .receipts import load_or_create_key
-from .spec import load_config
 from .store import Store
 from .workspace import Workspace, rg_binary
 
@@ -61,11 +62,10 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
 
         def expert_state(name: str = name, spec: Any = spec) -> Any:
             inst = adapter_class(spec.adapter)(spec, env)
-            if hasattr(inst, "indexer"):
-                idx = inst.indexer()
-                if not idx.manifest_path.exists():
-                    raise OSError(f"no index yet: run `engine index` ({idx.manifest_path.parent})")
-                return freshness(idx.manifest_path, ws.projects)
+            if isinstance(inst, IndexedExpert):
+                if not inst.manifest_path.exists():
+                    raise OSError(f"no index yet: run `engine index` ({inst.manifest_path.parent})")
+                return freshness(inst.manifest_path, ws.projects)
             return spec.adapter
 
         out.append(_check(f"expert {name}", expert_state))

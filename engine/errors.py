@@ -5,8 +5,11 @@ Split by phase, so surfaces (CLI, MCP, eval) can react to the class alone::
     EngineError
     ├── InvalidRequest          the caller's request is wrong        (CLI exit 2)
     ├── SpecError               a config file or pipeline is wrong   (CLI exit 2)
-    │   ├── SchemaError             fails its JSON Schema (file, path, reason)
-    │   └── GraphError              cycle, unknown node kind, unknown expert/prior
+    │   ├── SchemaError             fails its JSON Schema, or an adapter's settings schema (file, line, path)
+    │   └── GraphError              cycle, unknown node kind, a node setting naming what does not exist
+    ├── EvalError               an eval suite, arm or bench input is wrong (CLI exit 2)
+    ├── MissingDependency       an optional package a feature needs is not installed (CLI exit 1)
+    ├── IndexingError           the workspace could not be listed or indexed (CLI exit 1)
     ├── ExpertError             one expert failed; becomes a per_expert status, never a crash
     │   ├── ExpertTimeout           "timeout"
     │   ├── ExpertUnavailable       "unavailable"   (binary missing, server down, no index)
@@ -18,7 +21,9 @@ Split by phase, so surfaces (CLI, MCP, eval) can react to the class alone::
     └── NodeError               a node raised unexpectedly                   (CLI exit 1)
 
 Every error has a stable ``code`` (the classified name reported to callers) and a
-``to_dict()`` that never contains a traceback.
+``to_dict()`` that never contains a traceback. The CLI's exit code is the class's
+``exit_code``: 0 answered (an empty answer included), 2 the request or config is wrong, 1 the
+router failed; anything outside this tree is a bug, reported as ``internal_error`` with exit 1.
 """
 
 from __future__ import annotations
@@ -65,6 +70,21 @@ class SchemaError(SpecError):
 class GraphError(SpecError):
     def __init__(self, message: str, *, pipeline: str, node_id: str | None = None) -> None:
         super().__init__(f"{pipeline}: {message}", pipeline=pipeline, node_id=node_id)
+
+
+class EvalError(EngineError):
+    """A suite that cannot be read, an unknown arm, a bench with nothing to ask."""
+
+    code = "invalid_eval"
+    exit_code = 2
+
+
+class MissingDependency(EngineError):
+    code = "missing_dependency"
+
+
+class IndexingError(EngineError):
+    code = "index_error"
 
 
 class ExpertError(EngineError):

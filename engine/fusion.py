@@ -1,24 +1,29 @@
-"""Fusion as pure functions: weighted RRF, dedup into evidence clusters, provenance tiers.
+"""Fusion as pure functions: weighted RRF, dedup into evidence clusters, tiers, caps, priors, confidence.
 
-``fuse(ranked, weights, ...)`` takes each expert's ranked list (already scored) and returns
-clusters best first. Deterministic: experts are visited by name, items by rank, ties broken by
-(project, path, start line), so the same inputs always give the same output.
+:func:`fuse` takes each expert's scored list and returns the fused answer, best first.
+Deterministic: experts are visited by name, items by rank, ties broken by (project, path,
+start line), so the same inputs always give the same output. Its steps, each a function here:
 
-Weighted RRF (docs/adr/0004-fusion.md): an expert contributes ``w_e / (k + rank)`` to a
-cluster once, at its best rank in that cluster. A cluster is one place in the code: items of
-the same project and path whose line ranges overlap (commits: the same sha), so ripgrep's
-matching line, BM25's chunk and a symbol's definition around it corroborate one another.
+1. :func:`cluster_items` — dedup by place. A cluster is one place in the code: items of the same
+   project and path whose line ranges overlap (commits: the same sha), so ripgrep's matching
+   line, BM25's chunk and a symbol's definition around it corroborate one another.
+2. :func:`weighted_rrf` (docs/adr/0004-fusion.md) — an expert contributes ``w_e / (k + rank)``
+   to a cluster once, at its best rank in that cluster.
+3. :func:`file_prior` — prose docs (unless the question is a docs question) and test files are
+   demoted by the priors.yaml ``fusion`` levers.
+4. :func:`cluster_to_item` — the representative evidence, sources, :func:`tier_and_nuance`.
+5. The per-file diversity cap and the limit, then :func:`confidence`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from .types import Evidence, canonical_json, sha256_hex
-
-SEMANTIC_CLASSES = {"semantic"}
+from .items import AnswerItem, Confidence, ScoredItem, Source, answer_item
+from .spec import FusionSpec
+from .types import PRECISION, Evidence
+from .workspace import is_doc_file, is_test_file
 
 
 @dataclass
@@ -28,7 +33,7 @@ class Cluster:
     kind: str
     start: int
     end: int
-    best: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # expert → (rank, scored item)
+    best: dict[str, ScoredItem] = field(default_factory=dict)  # expert → its best-ranked item here
     score: float = 0.0
 
     def overlaps(self, e: Evidence) -> bool:
@@ -38,17 +43,27 @@ class Cluster:
 
     @property
     def rep_identity(self) -> str:
-        first: Evidence = next(iter(self.best.values()))[1]["evidence"]
-        return first.identity()
+        return next(iter(self.best.values())).evidence.identity()
+
+    def experts_by_rank(self) -> list[str]:
+        return sorted(self.best, key=lambda ex: (self.best[ex].rank, ex))
 
 
-def cluster_items(ranked: Mapping[str, list[dict[str, Any]]]) -> list[Cluster]:
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """What :func:`fuse` returns: the answer's items (ranked) and how sure it is."""
+
+    items: tuple[AnswerItem, ...]
+    confidence: Confidence
+
+
+def cluster_items(ranked: Mapping[str, Sequence[ScoredItem]]) -> list[Cluster]:
     """Group every expert's items into clusters of the same place (dedup by canonical identity)."""
     by_file: dict[tuple[str, str, bool], list[Cluster]] = {}
     clusters: list[Cluster] = []
     for expert in sorted(ranked):
         for scored in ranked[expert]:
-            e: Evidence = scored["evidence"]
+            e = scored.evidence
             key = (e.project, e.path if e.kind != "commit" else e.identity(), e.kind == "commit")
             target = next((c for c in by_file.get(key, []) if c.overlaps(e)), None)
             if target is None:
@@ -56,8 +71,8 @@ def cluster_items(ranked: Mapping[str, list[dict[str, Any]]]) -> list[Cluster]:
                 by_file.setdefault(key, []).append(target)
                 clusters.append(target)
             prev = target.best.get(expert)
-            if prev is None or scored["rank"] < prev[0]:
-                target.best[expert] = (scored["rank"], scored)
+            if prev is None or scored.rank < prev.rank:
+                target.best[expert] = scored
             if e.kind != "commit":
                 target.start, target.end = min(target.start, e.start_line), max(target.end, e.end_line)
     return clusters
@@ -65,22 +80,23 @@ def cluster_items(ranked: Mapping[str, list[dict[str, Any]]]) -> list[Cluster]:
 
 def weighted_rrf(clusters: list[Cluster], weights: Mapping[str, float], k: int) -> None:
     for c in clusters:
-        c.score = sum(weights.get(ex, 0.0) / (k + rank) for ex, (rank, _) in c.best.items())
+        c.score = sum(weights.get(ex, 0.0) / (k + s.rank) for ex, s in c.best.items())
 
 
 def tier_and_nuance(c: Cluster, classes: Mapping[str, str]) -> tuple[str, str]:
-    experts = sorted(c.best, key=lambda ex: (c.best[ex][0], ex))
+    experts = c.experts_by_rank()
     pcs = [classes[ex] for ex in experts]
-    flags = {f for _, s in c.best.values() for f in s["flags"]}
-    named = ", ".join(f"{ex} (#{c.best[ex][0]})" for ex in experts)
+    flags = {f for s in c.best.values() for f in s.flags}
+    named = ", ".join(f"{ex} (#{c.best[ex].rank})" for ex in experts)
+    similarity_only = [PRECISION[pc].similarity_only for pc in pcs]
     if "file-changed-since-indexed" in flags:
         return "stale-index", f"Found by {named}, but the file changed since it was indexed: re-read the lines."
     typed = [ex for ex, pc in zip(experts, pcs, strict=True) if pc == "typed"]
     if len(typed) >= 2:
         return "typed-graph-confirmed", f"{len(typed)} typed analyses agree ({', '.join(typed)})."
-    if len(experts) >= 2 and not all(pc in SEMANTIC_CLASSES for pc in pcs):
+    if len(experts) >= 2 and not all(similarity_only):
         return "hybrid-confirmed", f"{len(experts)} experts agree: {named}."
-    if all(pc in SEMANTIC_CLASSES for pc in pcs):
+    if all(similarity_only):
         return "semantic-only", f"Only semantic similarity suggests this ({named}): verify before relying on it."
     pc = pcs[0]
     if pc == "docs":
@@ -92,68 +108,103 @@ def tier_and_nuance(c: Cluster, classes: Mapping[str, str]) -> tuple[str, str]:
     return "single-source", f"Only {named} returned this; no other expert corroborates it."
 
 
-def item_id(e: Evidence) -> str:
-    return sha256_hex(
-        canonical_json([e.project, e.path, e.start_line, e.end_line, e.symbol or "", sha256_hex(e.content)])
-    )[:16]
+def file_prior(c: Cluster, klass: str | None, fusion: FusionSpec) -> float:
+    """The demotion a file's kind earns: prose docs (except for docs questions) and test files."""
+    prior = 1.0
+    if c.kind != "commit" and c.path:
+        if klass != "docs" and is_doc_file(c.path):
+            prior *= fusion.doc_file_prior
+        if is_test_file(c.path):
+            prior *= fusion.test_file_prior
+    return prior
 
 
 def cluster_to_item(
-    c: Cluster, weights: Mapping[str, float], k: int, classes: Mapping[str, str], snippet_chars: int, file_prior: float
-) -> dict[str, Any]:
+    c: Cluster, weights: Mapping[str, float], k: int, classes: Mapping[str, str], snippet_chars: int, prior: float
+) -> AnswerItem:
     # the representative is the single strongest contribution; ties → more precise range (shorter)
     rep_expert = min(
         c.best,
         key=lambda ex: (
-            -weights.get(ex, 0.0) / (k + c.best[ex][0]),
-            c.best[ex][1]["evidence"].end_line - c.best[ex][1]["evidence"].start_line,
+            -weights.get(ex, 0.0) / (k + c.best[ex].rank),
+            c.best[ex].evidence.end_line - c.best[ex].evidence.start_line,
             ex,
         ),
     )
-    rep_scored = c.best[rep_expert][1]
-    e: Evidence = rep_scored["evidence"]
+    rep = c.best[rep_expert]
     tier, nuance = tier_and_nuance(c, classes)
-    flags = sorted({f for _, s in c.best.values() for f in s["flags"]})
-    content = e.content if len(e.content) <= snippet_chars else e.content[:snippet_chars] + "…"
-    if len(e.content) > snippet_chars:
-        flags.append("content-truncated")
-    symbol = e.symbol or next(
-        (s["evidence"].symbol for _, s in sorted(c.best.values(), key=lambda t: t[0]) if s["evidence"].symbol), None
-    )
+    by_rank = sorted(c.best.values(), key=lambda s: s.rank)
+    symbol = rep.evidence.symbol or next((s.evidence.symbol for s in by_rank if s.evidence.symbol), None)
     sources = [
-        {
-            "expert": ex,
-            "rank": c.best[ex][0],
-            "score": round(float(c.best[ex][1]["evidence"].score), 4),
-            "range": {
-                "start_line": c.best[ex][1]["evidence"].start_line,
-                "end_line": c.best[ex][1]["evidence"].end_line,
-            },
-        }
-        for ex in sorted(c.best, key=lambda ex: (c.best[ex][0], ex))
+        Source(ex, c.best[ex].rank, round(float(c.best[ex].evidence.score), 4), *_lines(c.best[ex].evidence))
+        for ex in c.experts_by_rank()
     ]
-    sub = dict(rep_scored["subscores"])
+    sub = dict(rep.subscores)
     sub["rrf"] = round(c.score, 6)
     sub["agreement"] = len(c.best)
-    if file_prior != 1.0:
-        sub["file_prior"] = file_prior
-    item: dict[str, Any] = {
-        "id": item_id(e),
-        "rank": 0,
-        "path": e.path,
-        "project": e.project,
-        "range": {"start_line": e.start_line, "end_line": e.end_line},
-        "kind": e.kind,
-        "content": content,
-        "sources": sources,
-        "tier": tier,
-        "nuance": nuance,
-        "score": round(c.score * file_prior, 6),
-        "subscores": sub,
-        "flags": flags,
-    }
-    if symbol:
-        item["symbol"] = symbol
-    if e.meta:
-        item["meta"] = dict(e.meta)
-    return item
+    if prior != 1.0:
+        sub["file_prior"] = prior
+    return answer_item(
+        rep.evidence,
+        rank=0,
+        score=round(c.score * prior, 6),
+        subscores=sub,
+        flags=sorted({f for s in c.best.values() for f in s.flags}),
+        snippet_chars=snippet_chars,
+        symbol=symbol,
+        sources=sources,
+        tier=tier,
+        nuance=nuance,
+    )
+
+
+def _lines(e: Evidence) -> tuple[int, int]:
+    return e.start_line, e.end_line
+
+
+def confidence(items: Sequence[AnswerItem], weights: Mapping[str, float], k: int, low_below: float) -> Confidence:
+    """The top item's score over the best an answer can score (every expert ranking it first)."""
+    max_score = sum(weights.values()) / (k + 1) if weights else 0.0
+    top = items[0].score / max_score if items and max_score else 0.0
+    label = "none" if not items else ("low" if top < low_below else "high")
+    return Confidence(round(top, 4), label)
+
+
+def fuse(
+    scored: Mapping[str, Sequence[ScoredItem]],
+    *,
+    weights: Mapping[str, float],
+    classes: Mapping[str, str],
+    fusion: FusionSpec,
+    k: int,
+    klass: str | None,
+    limit: int,
+) -> Fused:
+    """Fuse every expert's scored list into one ranked answer of at most ``limit`` items.
+
+    Args:
+        scored: each expert's items, best first (the score node's output).
+        weights: each expert's prior for this question (the gate's selection).
+        classes: each expert's precision class (experts.yaml).
+        fusion: the priors.yaml ``fusion`` levers (per-file cap, file priors, snippet cap, confidence).
+        k: the RRF constant (a fuse node's ``settings.k`` may override ``fusion.k``).
+        klass: the question's class (docs questions do not demote prose docs).
+        limit: the request's item count.
+    """
+    clusters = cluster_items(scored)
+    weighted_rrf(clusters, weights, k)
+    items = [
+        cluster_to_item(c, weights, k, classes, fusion.snippet_chars, file_prior(c, klass, fusion)) for c in clusters
+    ]
+    items.sort(key=lambda it: (-it.score, it.project, it.path, it.start_line))
+    per_file: dict[tuple[str, str], int] = {}
+    kept: list[AnswerItem] = []
+    for it in items:
+        key = (it.project, it.path if it.kind != "commit" else it.id)
+        if per_file.get(key, 0) >= fusion.per_file_cap:
+            continue
+        per_file[key] = per_file.get(key, 0) + 1
+        kept.append(replace(it, rank=len(kept) + 1))
+        if len(kept) >= limit:
+            break
+    return Fused(tuple(kept), confidence(kept, weights, k, fusion.low_confidence_below))

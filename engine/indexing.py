@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .experts import ExpertEnv, adapter_class
+from .experts.indexed import IndexedExpert
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
 from .spec import ConfigSet
 from .workspace import Workspace
@@ -42,9 +43,6 @@ class _Bar:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
-    def reset(self) -> None:
-        self.t0 = time.perf_counter()
-
 
 def index_workspace(
     ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None, progress: bool = True
@@ -54,20 +52,19 @@ def index_workspace(
     reports: list[IndexReport] = []
     with index_lock(ws.data_dir):
         current = scan_workspace(ws)
-        experts = [
-            (name, adapter_class(spec.adapter)(spec, env))
-            for name, spec in sorted(cfg.experts.items())
-            if spec.enabled and (not wanted or name in wanted)
-        ]
-        # fast indexes first: a slow one (embeddings) must not keep the others stale
-        experts.sort(key=lambda ne: (bool(getattr(ne[1], "slow_index", False)), ne[0]))
-        for name, expert in experts:
-            make = getattr(expert, "indexer", None)
-            if make is None:
+        experts: list[tuple[str, IndexedExpert]] = []
+        for name, spec in sorted(cfg.experts.items()):
+            if not spec.enabled or (wanted and name not in wanted) or not adapter_class(spec.adapter).needs_index:
                 continue
-            bar = _Bar(progress)
-            accept = getattr(expert, "accepts", None)
-            reports.append(update_index(name, make(), ws, current, progress=bar, accept=accept))
+            expert = adapter_class(spec.adapter)(spec, env)
+            if isinstance(expert, IndexedExpert):
+                experts.append((name, expert))
+        # fast indexes first: a slow one (embeddings) must not keep the others stale
+        experts.sort(key=lambda ne: (ne[1].slow_index, ne[0]))
+        for name, expert in experts:
+            reports.append(
+                update_index(name, expert.indexer(), ws, current, progress=_Bar(progress), accept=expert.accepts)
+            )
     return reports
 
 

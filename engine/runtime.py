@@ -2,9 +2,14 @@
 
 A Router owns the config (hot-reloaded: the files' mtimes are checked on every run; a bad edit
 is reported and the last good config keeps serving), the expert pool, the store and the
-signing key. Work that can happen after the answer (benchmark events, cache rows, DuckDB
-ingestion) is queued and done by :meth:`Router.flush`, which surfaces call once the answer is
-out.
+signing key. It hands each run to the scheduler and is, to the nodes, the
+:class:`~engine.nodes.base.Services` they may ask for (an expert, the answer cache, the clock,
+signing and storing the receipt) — the only place nodes reach the store. Work that can happen
+after the answer (benchmark events, cache rows, DuckDB ingestion) is queued and done by
+:meth:`Router.flush`, which surfaces call once the answer is out.
+
+Every request gets a receipt: a request that fails validation (empty, wrong types, undecodable
+text) is answered with ``invalid_request`` and a receipt whose request is the escaped input.
 """
 
 from __future__ import annotations
@@ -21,19 +26,20 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from .errors import EngineError, InvalidRequest, SpecError
+from .config import load_config
+from .errors import EngineError, InvalidRequest, ReceiptError, SpecError
 from .experts import Expert, ExpertEnv, adapter_class
-from .fusion import item_id
 from .graph import PipelineGraph, build_graph
 from .index.build import read_head
-from .nodes.base import FusedItem, RunState
-from .nodes.classify import classify, rules_fingerprint
+from .items import CachedAnswer
+from .nodes.base import RunState
+from .nodes.classify import rules_fingerprint
 from .nodes.receipt import write_receipt
-from .receipts import load_or_create_key
+from .receipts import load_or_create_key, sign
 from .scheduler import run_graph
-from .spec import ConfigSet, ExpertSpec, PipelineSpec, load_config, parse_request
+from .spec import ConfigSet, ExpertSpec, PipelineSpec, escape_undecodable, parse_request
 from .store import Store
-from .types import Evidence, Request, canonical_json, sha256_hex
+from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, normalize_scope_path
 
 log = logging.getLogger("engine")
@@ -69,10 +75,6 @@ class ExpertPool:
         """Use a ready-made instance for ``name`` (scheduler tests inject FakeExpert handlers)."""
         assert self.config is not None
         self._experts[name] = (self.config.experts[name], expert)
-
-    def all(self, config: ConfigSet) -> list[Expert]:
-        self.sync(config)
-        return [self.get(n) for n in sorted(config.experts)]
 
     async def close_retired(self) -> None:
         """Close instances replaced by a config reload (their server processes end now, not at exit)."""
@@ -123,7 +125,6 @@ class Router:
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._key: SigningKey | None = None
         self._loaded: _Loaded | None = None
-        self.last_reload_error: SpecError | None = None
         self._after: list[tuple[str, dict[str, Any], bool]] = []
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
@@ -156,11 +157,9 @@ class Router:
         except SpecError as exc:
             if self._loaded is None:
                 raise
-            self.last_reload_error = exc
             log.error("config reload rejected, still serving config %s: %s", self._loaded.config.root, exc.message)
             self._loaded.stamp = stamp  # do not retry until the files change again
             return self._loaded.config
-        self.last_reload_error = None
         self._loaded = _Loaded(cfg, stamp)
         self.pool.sync(cfg)
         return cfg
@@ -172,6 +171,10 @@ class Router:
             self._loaded.graphs[spec.name] = build_graph(spec, self._loaded.config)
         return self._loaded.graphs[spec.name]
 
+    def _graph_named(self, name: str) -> PipelineGraph:
+        """The scheduler's loader for pipelines a node asks it to run (``dispatch``)."""
+        return self.graph(self.config().pipelines[name])
+
     def resolve_pipeline(self, pipeline: str | Path) -> PipelineSpec:
         cfg = self.config()
         if isinstance(pipeline, str) and pipeline in cfg.pipelines:
@@ -181,29 +184,76 @@ class Router:
             raise SpecError(f"pipeline {pipeline!r} not found; pipelines: {sorted(cfg.pipelines)}")
         return cfg.pipeline_by_file(path)
 
-    # ------------------------------------------------------------------ services used by nodes
+    # ------------------------------------------------------------------ Services (what nodes may ask for)
+    def clock(self) -> float:
+        return time.perf_counter()
+
+    def expert(self, name: str) -> Expert:
+        return self.pool.get(name)
+
     def signing_key(self) -> SigningKey:
         if self._key is None:
             self._key = load_or_create_key(self.workspace.data_dir)
         return self._key
 
-    async def run_pipeline_in(self, state: RunState, spec: PipelineSpec) -> None:
-        await run_graph(self.graph(spec), state)
+    def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
+        """Sign and durably store one receipt body: the one place a receipt reaches the store."""
+        try:
+            signed = sign(receipt, self.signing_key())
+            self.store.append(
+                "receipts",
+                {
+                    "receipt_id": signed["receipt_id"],
+                    "created_at": signed["created_at"],
+                    "pipeline": signed["pipeline"],
+                    "config_version": signed["config_version"],
+                    "request_hash": signed["request_hash"],
+                    "class": signed["classifier"]["class"],
+                    "result_count": signed["result_count"],
+                    "status": signed["status"],
+                    "body": signed,
+                },
+            )
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request
+            raise ReceiptError(f"receipt could not be signed and stored: {type(exc).__name__}: {exc}") from exc
+        return signed
+
+    def cache_key(self, request: Request, config_version: str) -> str:
+        heads = [read_head(p.root) for p in self.workspace.projects if p.is_git]
+        manifests = []
+        index_root = self.workspace.data_dir / "index"
+        for m in sorted(index_root.glob("*/manifest.json")) if index_root.exists() else []:
+            with contextlib.suppress(OSError):
+                manifests.append((m.parent.name, m.stat().st_mtime_ns))
+        return sha256_hex(canonical_json([config_version, request.hash(), self.workspace.key(), heads, manifests]))
+
+    def cached_answer(self, key: str) -> CachedAnswer | None:
+        hit = self._memo_get(key) or self.store.lookup_cache(key)
+        if hit is None:
+            return None
+        try:
+            return CachedAnswer.from_dict(hit["response"])
+        except (KeyError, TypeError, ValueError):  # a row of another shape is a miss, never a crash
+            return None
 
     # ------------------------------------------------------------------ the API
     async def run(self, pipeline: str | Path, request: Request | dict[str, Any]) -> RunResult:
         created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        started = time.perf_counter()
+        started = self.clock()
         spec = self.resolve_pipeline(pipeline)
         cfg = self.config()
         await self.pool.close_retired()
         version = cfg.config_version(spec, rules_fingerprint())
         try:
-            req = request if isinstance(request, Request) else parse_request(request)
+            req = parse_request(request.to_dict() if isinstance(request, Request) else request)
+            if isinstance(request, Request):
+                req = request  # fields to_dict leaves out (no_cache) stay as the caller set them
             self.workspace.scoped_projects(req.scope, dict(cfg.priors.groups))  # validates project/group
             normalize_scope_path(req.scope.path)
         except InvalidRequest as exc:
-            return await self._receipted_failure(spec, cfg, version, request, exc, created_at)
+            return self._receipted_failure(spec, cfg, version, request, exc, created_at, started)
         state = RunState(
             request=req,
             config=cfg,
@@ -214,42 +264,37 @@ class Router:
             started=started,
             created_at=created_at,
         )
-        if not req.no_cache and req.mode == "fused":
-            key = self._cache_key(version, req)
-            state.cache = {"hit": False, "key": key}
-            hit = self._memo_get(key) or self.store.lookup_cache(key)
-            if hit is not None:
-                state.cache["hit"] = True
-                state.classification = classify(req.question, cfg.priors.abstain_below)
-                state.fused = [FusedItem(it, it["score"]) for it in hit["response"]["items"]]
-                state.fusion_info = hit["response"].get("fusion", {})
-                state.confidence = hit["response"].get("confidence", {})
-                state.pipelines_run.append(spec.name)
-                write_receipt(state)
-                return self._finish(state)
-        await run_graph(self.graph(spec), state)
+        await run_graph(self.graph(spec), state, self._graph_named)
         if state.receipt is None:  # a pipeline without a receipt node still gets one: no unlogged path
             write_receipt(state)
         return self._finish(state)
 
     def _finish(self, state: RunState) -> RunResult:
         assert state.receipt is not None
-        response: dict[str, Any] = {"items": [f.item for f in state.fused]}
+        response: dict[str, Any] = {"items": [it.to_dict() for it in state.fused]}
         if state.request.mode == "separate":
-            response["separate"] = separate_lists(state)
-        if state.confidence:
-            response["confidence"] = state.confidence
+            response["separate"] = state.separate
+        if state.confidence is not None:
+            response["confidence"] = state.confidence.to_dict()
         if state.error is not None:
             response["error"] = state.error.to_dict()
         response["receipt"] = state.receipt
         self._queue_after(state, response)
         return RunResult(response, state.error)
 
-    async def _receipted_failure(
-        self, spec: PipelineSpec, cfg: ConfigSet, version: str, raw: Any, exc: InvalidRequest, created_at: str
+    def _receipted_failure(
+        self,
+        spec: PipelineSpec,
+        cfg: ConfigSet,
+        version: str,
+        raw: Any,
+        exc: InvalidRequest,
+        created_at: str,
+        started: float,
     ) -> RunResult:
-        question = raw.get("question") if isinstance(raw, dict) else None
-        req = Request(question=question if isinstance(question, str) else "")
+        question = raw.question if isinstance(raw, Request) else raw.get("question") if isinstance(raw, dict) else None
+        # undecodable text is receipted escaped: the signed body must be valid UTF-8 JSON
+        req = Request(question=escape_undecodable(question) if isinstance(question, str) else "")
         state = RunState(
             request=req,
             config=cfg,
@@ -257,6 +302,7 @@ class Router:
             workspace=self.workspace,
             config_version=version,
             services=self,
+            started=started,
             created_at=created_at,
             error=exc,
         )
@@ -264,15 +310,6 @@ class Router:
         write_receipt(state)
         assert state.receipt is not None
         return RunResult({"items": [], "error": exc.to_dict(), "receipt": state.receipt}, exc)
-
-    def _cache_key(self, version: str, req: Request) -> str:
-        heads = [read_head(p.root) for p in self.workspace.projects if p.is_git]
-        manifests = []
-        index_root = self.workspace.data_dir / "index"
-        for m in sorted(index_root.glob("*/manifest.json")) if index_root.exists() else []:
-            with contextlib.suppress(OSError):
-                manifests.append((m.parent.name, m.stat().st_mtime_ns))
-        return sha256_hex(canonical_json([version, req.hash(), self.workspace.key(), heads, manifests]))
 
     def _queue_after(self, state: RunState, response: dict[str, Any]) -> None:
         with self._after_lock:
@@ -305,7 +342,7 @@ class Router:
             )
         key = state.cache.get("key")
         if key and not state.cache.get("hit") and state.error is None:
-            cached = {"items": response["items"], "fusion": state.fusion_info, "confidence": state.confidence}
+            cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence).to_dict()
             expires = time.time() + CACHE_TTL_S
             self._memo[key] = (expires, {"response": cached, "negative": not response["items"]})
             while len(self._memo) > MEMO_SIZE:
@@ -350,36 +387,3 @@ class Router:
     async def aclose(self) -> None:
         await self.pool.aclose()
         self.store.close()
-
-
-def separate_lists(state: RunState) -> dict[str, Any]:
-    """mode=separate: each expert's own list, labelled, no cross-expert fusion."""
-    snippet = state.config.priors.fusion.snippet_chars
-    out: dict[str, Any] = {}
-    for name, o in sorted(state.outcomes.items()):
-        items = []
-        for rank, scored in enumerate(state.scored.get(name, []), start=1):
-            e: Evidence = scored["evidence"]
-            it: dict[str, Any] = {
-                "id": item_id(e),
-                "rank": rank,
-                "path": e.path,
-                "project": e.project,
-                "range": {"start_line": e.start_line, "end_line": e.end_line},
-                "kind": e.kind,
-                "content": e.content[:snippet],
-                "score": round(float(e.score), 4),
-                "subscores": scored["subscores"],
-                "flags": scored["flags"],
-            }
-            if e.symbol:
-                it["symbol"] = e.symbol
-            if e.meta:
-                it["meta"] = dict(e.meta)
-            items.append(it)
-            if rank >= state.request.limit:
-                break
-        out[name] = {"status": o.status, "precision_class": o.precision_class, "items": items}
-        if o.error:
-            out[name]["error"] = o.error
-    return out

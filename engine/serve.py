@@ -1,7 +1,7 @@
 """``engine serve``: every pipeline as an MCP tool, plus ``feedback`` and ``receipt``.
 
 A thin surface over :class:`engine.runtime.Router`, the same API the CLI uses. The MCP SDK itself
-is only touched through :mod:`engine.mcp_bridge` (the one module importing ``mcp``).
+is only touched through :mod:`engine.mcp_server` (with :mod:`engine.mcp_client`, the only modules importing ``mcp``).
 
 * **Tools.** One per pipeline in the config folder's ``pipelines/`` (name = pipeline name,
   description = the pipeline's ``description``, input schema = the request JSON Schema), listed
@@ -37,7 +37,7 @@ import anyio
 
 from . import __version__
 from .errors import EngineError, SpecError
-from .mcp_bridge import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
+from .mcp_server import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
 from .render import render
 from .runtime import Router
 from .spec import load_schema

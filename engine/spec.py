@@ -9,6 +9,7 @@ live in :mod:`engine.graph`. This module imports no runtime code.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -56,6 +57,14 @@ def _json_path(path: Any) -> str:
     return "/".join(str(p) for p in path) or "(top level)"
 
 
+def line_of(file: Path, path: list[Any]) -> int | None:
+    """The line of the value at ``path`` in a YAML file already known to parse (None if unreadable)."""
+    try:
+        return _line_of(yaml.compose(file.read_text("utf-8")), path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
 def load_yaml(file: Path, schema: str) -> dict[str, Any]:
     """Read one config file and validate it against its schema, or raise SchemaError."""
     try:
@@ -93,7 +102,7 @@ class ExpertSpec:
     precision_class: str
     timeout_ms: int
     enabled: bool = True
-    freshness: str = "live"
+    freshness: str | None = None  # live | index | unknown; None: the adapter's default (engine.config)
     languages: tuple[str, ...] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
@@ -201,7 +210,7 @@ def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
             precision_class=e["precision_class"],
             timeout_ms=e["timeout_ms"],
             enabled=e.get("enabled", True),
-            freshness=e.get("freshness", "live"),
+            freshness=e.get("freshness"),
             languages=tuple(e.get("languages", ())),
             settings=dict(e.get("settings", {})),
             description=e.get("description", ""),
@@ -283,10 +292,54 @@ def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:
 # requests
 
 
+def escape_undecodable(text: str) -> str:
+    """``text`` with every lone surrogate written out as an escape, so it can be encoded as UTF-8.
+
+    Undecodable bytes reach us as surrogates: command-line bytes that are not UTF-8 are decoded
+    with ``surrogateescape`` (byte 0xff → U+DCFF, written back as ``\\xff``) and JSON may carry a
+    lone ``\\ud800`` (written back as ``\\ud800``). Everything else is kept as it is.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: _escape_one(ord(m.group(0))), text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_one(cp: int) -> str:
+    return f"\\x{cp - 0xDC00:02x}" if 0xDC80 <= cp <= 0xDCFF else f"\\u{cp:04x}"
+
+
+def _undecodable_field(data: Any, path: str = "") -> str | None:
+    """The first field (dotted path) of a request holding text that is not valid Unicode."""
+    if isinstance(data, str):
+        return (path or "(request)") if _SURROGATE.search(data) else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            key_s = escape_undecodable(str(key))
+            found = _undecodable_field(value, f"{path}.{key_s}" if path else key_s)
+            if found is None and key_s != str(key):
+                found = f"{path}.{key_s}" if path else key_s
+            if found:
+                return found
+    if isinstance(data, list):
+        for i, value in enumerate(data):
+            found = _undecodable_field(value, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def parse_request(data: Any) -> Request:
     """Validate a request dict against the request schema and build a Request, or raise InvalidRequest."""
     if not isinstance(data, dict):
         raise InvalidRequest("the request must be a JSON object", field="(request)")
+    bad = _undecodable_field(data)
+    if bad is not None:
+        raise InvalidRequest(
+            f"{bad}: not valid Unicode text (undecodable bytes or a lone surrogate; receipted escaped)", field=bad
+        )
     errors = sorted(_validator("request").iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]

@@ -15,7 +15,6 @@ from typing import Any
 
 INTENTS = ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history", "unknown")
 CLASSES = INTENTS[:-1]  # "unknown" is an intent a caller may give, never a class we route to
-PRECISION_CLASSES = ("typed", "structural", "hybrid", "semantic", "lexical", "docs", "history")
 ITEM_KINDS = ("file", "chunk", "symbol", "commit", "doc")
 TIERS = (
     "typed-graph-confirmed",
@@ -27,6 +26,32 @@ TIERS = (
     "history",
     "stale-index",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionClass:
+    """What an expert's ``precision_class`` (experts.yaml) means to the gate, the scorer and fusion."""
+
+    name: str
+    rank: int  # higher is more precise; budget.min_precision_class keeps experts at or above it
+    score: float  # the score node's ``precision`` sub-score
+    similarity_only: bool = False  # evidence by resemblance alone: never corroborates, tier semantic-only
+
+
+#: the one precision-class table (the JSON Schemas' enums are checked against it by a test)
+PRECISION: Mapping[str, PrecisionClass] = {
+    pc.name: pc
+    for pc in (
+        PrecisionClass("typed", 6, 1.0),
+        PrecisionClass("structural", 5, 0.9),
+        PrecisionClass("hybrid", 4, 0.85),
+        PrecisionClass("semantic", 2, 0.6, similarity_only=True),
+        PrecisionClass("lexical", 3, 0.75),
+        PrecisionClass("docs", 1, 0.5),
+        PrecisionClass("history", 1, 0.5),
+    )
+}
+PRECISION_CLASSES = tuple(PRECISION)
 
 
 def canonical_json(value: Any) -> str:

@@ -13,6 +13,7 @@ import yaml
 
 from engine.diff import diff_configs
 from engine.fusion import cluster_items, tier_and_nuance, weighted_rrf
+from engine.items import ScoredItem
 from engine.nodes.classify import classify, extract_features
 from engine.types import Evidence
 
@@ -107,10 +108,9 @@ def test_features() -> None:
     assert "fail" in f.keywords and "why" not in f.keywords
 
 
-def _scored(expert_items: dict[str, list[Evidence]]) -> dict[str, list[dict]]:
+def _scored(expert_items: dict[str, list[Evidence]]) -> dict[str, list[ScoredItem]]:
     return {
-        ex: [{"evidence": e, "rank": i, "subscores": {}, "flags": list(e.flags)} for i, e in enumerate(items, start=1)]
-        for ex, items in expert_items.items()
+        ex: [ScoredItem(e, i, {}, e.flags) for i, e in enumerate(items, start=1)] for ex, items in expert_items.items()
     }
 
 

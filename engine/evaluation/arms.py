@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from ..errors import SpecError
+from ..config import load_config
+from ..errors import EvalError, MissingDependency, SpecError
 from ..experts import adapter_class
-from ..spec import ConfigSet, load_config
+from ..spec import ConfigSet
 from ..types import CLASSES
 
 PEER = "bm25-peer"
@@ -56,16 +57,15 @@ def default_arms(cfg: ConfigSet) -> list[str]:
 def index_backed(cfg: ConfigSet, names: set[str]) -> set[str]:
     """The subset of ``names`` whose adapter keeps an index (needs ``engine index`` first).
 
-    An adapter that cannot even be imported is left out here: the router reports it per query
-    (``per_expert.status``), which is where an eval should show it, not crash on it."""
+    An adapter whose dependencies are not installed is left out here: the router reports it per
+    query (``per_expert.status``), which is where an eval should show it, not crash on it."""
     out = set()
     for n in names:
         try:
-            cls = adapter_class(cfg.experts[n].adapter)
-        except (ImportError, SpecError):
+            if adapter_class(cfg.experts[n].adapter).needs_index:
+                out.add(n)
+        except (MissingDependency, SpecError):
             continue
-        if hasattr(cls, "indexer"):
-            out.add(n)
     return out
 
 
@@ -116,5 +116,5 @@ def build_arms(names: list[str], config_dir: Path, home: Path) -> list[Arm]:
         elif name in cfg.experts:
             arms.append(Arm(name, "expert", solo_config(config_dir, cfg, name, home), frozenset({name})))
         else:
-            raise ValueError(f"unknown arm {name!r}; choose from {[ROUTER, *sorted(cfg.experts), PEER]}")
+            raise EvalError(f"unknown arm {name!r}; choose from {[ROUTER, *sorted(cfg.experts), PEER]}")
     return arms

@@ -37,10 +37,11 @@ from typing import Any
 
 import anyio
 
+from ..config import load_config
+from ..errors import EvalError
 from ..index.build import scan_workspace
 from ..indexing import index_workspace
 from ..runtime import Router
-from ..spec import load_config
 from ..workspace import Workspace, is_test_file, language_of
 from .arms import index_backed
 from .metrics import percentiles
@@ -218,7 +219,7 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
             load_questions(opts.questions_file) if opts.questions_file else generate_questions(ws, opts.n_questions)
         )
         if not questions:
-            raise ValueError("no questions: pass --questions FILE (the workspace has no definitions to ask about)")
+            raise EvalError("no questions: pass --questions FILE (the workspace has no definitions to ask about)")
         router = Router(opts.config_dir, ws, arm="bench")
 
         async def measure() -> tuple[dict[str, Any], dict[str, Any]]:

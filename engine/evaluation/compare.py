@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import EvalError
+
 P95_RISE = 0.10
 P99_RISE = 0.20
 QUALITY_DROP = 0.05
@@ -52,11 +54,17 @@ def _label(metrics: dict[str, Any]) -> str:
 
 
 def load_metrics(path: Path) -> dict[str, Any]:
+    """A run's metrics.json (or the one in a run folder); EvalError when there is none or it is not one."""
     path = path.expanduser()
     file = path / "metrics.json" if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"no metrics.json at {path}")
-    data: dict[str, Any] = json.loads(file.read_text())
+        raise EvalError(f"no metrics.json at {path}")
+    try:
+        data = json.loads(file.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalError(f"{file}: not a readable metrics.json ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("arms", {}), dict):
+        raise EvalError(f"{file}: not an engine eval metrics.json (no arms)")
     return data
 
 

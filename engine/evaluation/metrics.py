@@ -13,13 +13,14 @@ kind through experts.yaml, so a gold label ``bm25`` matches a configured expert 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..errors import MissingDependency
 
 K = 10
 RANX_METRICS = {
@@ -88,7 +89,9 @@ def ranking_scores(
     try:
         from ranx import Qrels, Run, evaluate
     except ImportError as exc:
-        raise RuntimeError("engine eval needs ranx for its metrics: pip install 'search-router-engine[eval]'") from exc
+        raise MissingDependency(
+            "engine eval needs ranx for its metrics: pip install 'search-router-engine[eval]'"
+        ) from exc
     qids = [r.qid for r in results]
     if not any(r.ranked for r in results):  # ranx cannot build an empty run: every metric is 0 by definition
         return {qid: {ours: 0.0 for ours in RANX_METRICS} for qid in qids}
@@ -177,7 +180,3 @@ def arm_summary(
             dist[key] = dist.get(key, 0) + 1
         summary["predicted_classes"] = dict(sorted(dist.items()))
     return summary
-
-
-def is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x))

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import MissingDependency
 from .suite import Doc, EvalQuery
 
 #: as in bm25_beir.py
@@ -32,7 +33,7 @@ class Bm25Peer:
         try:
             import bm25s
         except ImportError as exc:  # the eval extra is optional
-            raise RuntimeError("the bm25-peer arm needs bm25s: pip install 'search-router-engine[eval]'") from exc
+            raise MissingDependency("the bm25-peer arm needs bm25s: pip install 'search-router-engine[eval]'") from exc
         self._bm25s: Any = bm25s
         self.docs = docs
         texts = [(d.title or "") + "\n" + d.text for d in docs]

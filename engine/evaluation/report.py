@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..config import load_config
 from ..nodes.classify import rules_fingerprint
-from ..spec import load_config
 from ..types import canonical_json, sha256_hex
 from .metrics import QueryResult, arm_summary
 from .peer import bm25s_version

@@ -20,10 +20,10 @@ from typing import Any
 
 import anyio
 
+from ..config import load_config
 from ..nodes.classify import classify
 from ..receipts import verify
 from ..runtime import Router
-from ..spec import load_config
 from ..store import Store
 from .arms import PEER, Arm, build_arms, default_arms, index_backed
 from .materialize import SnapshotWorkspace, eval_home, index_snapshot, materialize

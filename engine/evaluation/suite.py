@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import EvalError
+
 #: snapshot key for docs and queries that carry none: the whole corpus is one snapshot
 ALL = "_all"
 
 
-class SuiteError(ValueError):
+class SuiteError(EvalError):
     """The folder is not a readable BEIR suite (says which file and why)."""
 
 

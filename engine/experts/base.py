@@ -16,7 +16,20 @@ An expert is one search tool behind one small protocol, shaped like an httpx tra
 Deadlines are enforced by the caller (``anyio.fail_after``); experts that spawn processes use
 :func:`run_process`, which kills the whole process group when cancelled.
 
-Index-backed experts also expose ``indexer() -> Indexer`` (see :mod:`engine.index`).
+**An adapter declares what it is**, as class attributes the engine reads instead of adapter
+names:
+
+* ``adapter`` — its short name in experts.yaml (and its module's name: ``engine.experts.<adapter>``);
+* ``settings_schema`` — the JSON Schema of its experts.yaml ``settings:``, checked when the
+  config loads (a bad setting is a :class:`~engine.errors.SchemaError` naming file, line and path);
+* capabilities: ``reads_history`` (searches version-control history; the gate runs it only with
+  a git repository in scope), ``local_files`` (reads the workspace's files on this machine),
+  ``live`` (sees files as they are now), ``needs_index`` (answers from an index ``engine index``
+  builds). An index-backed adapter subclasses :class:`~engine.experts.indexed.IndexedExpert`,
+  which sets ``needs_index`` and adds ``indexer()`` and ``accepts(file)``.
+
+An expert's default ``freshness`` (experts.yaml) follows from these: ``index`` when it needs an
+index, ``live`` when it is live, ``unknown`` otherwise.
 """
 
 from __future__ import annotations
@@ -27,14 +40,21 @@ import os
 import signal
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 
-from ..errors import ExpertError, ExpertFailed, ExpertOutputError, ExpertTimeout, ExpertUnavailable
+from ..errors import (
+    ExpertError,
+    ExpertFailed,
+    ExpertOutputError,
+    ExpertTimeout,
+    ExpertUnavailable,
+    MissingDependency,
+)
 from ..spec import ExpertSpec
 from ..types import Evidence, Query
 from ..workspace import Workspace
@@ -54,20 +74,36 @@ class ExpertEnv:
         return self.workspace.data_dir / "index" / expert
 
 
+def settings(properties: Mapping[str, Any], *, required: Sequence[str] = ()) -> dict[str, Any]:
+    """A ``settings_schema``: an object with exactly these properties (a typo is an error, not a default)."""
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": dict(properties)}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+POSITIVE_INT: Mapping[str, Any] = {"type": "integer", "minimum": 1}
+
+
 class Expert(ABC):
     """Base class with the protocol above; subclasses set ``adapter`` and implement plan/search."""
 
     adapter: ClassVar[str] = ""
+    settings_schema: ClassVar[Mapping[str, Any]] = settings({})
+    reads_history: ClassVar[bool] = False
+    local_files: ClassVar[bool] = True
+    live: ClassVar[bool] = True
+    needs_index: ClassVar[bool] = False
+
+    @classmethod
+    def default_freshness(cls) -> str:
+        return "index" if cls.needs_index else "live" if cls.live else "unknown"
 
     def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
         self.spec = spec
         self.env = env
         self.name = spec.name
         self.settings = dict(spec.settings)
-
-    @property
-    def precision_class(self) -> str:
-        return self.spec.precision_class
 
     @abstractmethod
     def plan(self, query: Query) -> dict[str, Any]:
@@ -102,6 +138,8 @@ def expert_errors(expert: str) -> Iterator[None]:
         raise
     except TimeoutError as exc:
         raise ExpertTimeout(f"timed out: {exc}", expert=expert) from exc
+    except MissingDependency as exc:
+        raise ExpertUnavailable(exc.message, expert=expert) from exc
     except (FileNotFoundError, PermissionError) as exc:
         raise ExpertUnavailable(f"{type(exc).__name__}: {exc}", expert=expert) from exc
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:

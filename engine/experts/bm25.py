@@ -20,6 +20,7 @@ from ..index.files import SourceFile
 from ..index.tokenize import code_tokens
 from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
+from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
 INDEX_FORMAT = "bm25-tantivy-v1"
@@ -124,6 +125,7 @@ class TantivyIndexer:
 
 class BM25Expert(IndexedExpert):
     adapter = "bm25"
+    settings_schema = settings({"stored_chars": POSITIVE_INT, "symbol_weight": POSITIVE_INT})
     #: the ``kind`` of the items it returns (the docs expert, a configured subclass, says ``doc``)
     item_kind: ClassVar[str] = "chunk"
 

@@ -24,13 +24,24 @@ from typing import Any
 
 from ..errors import ExpertUnconfigured
 from ..types import Evidence, Query
-from .base import expert_errors, run_process
+from .base import expert_errors, run_process, settings
 from .mapping import ResultMapper, TemplateSet, plan_calls, run_each
-from .templated import TemplatedExpert
+from .templated import SHARED_SETTINGS, TemplatedExpert
 
 
 class CommandExpert(TemplatedExpert):
     adapter = "command"
+    local_files = True  # the tool runs here, in each project's root
+    settings_schema = settings(
+        {
+            **SHARED_SETTINGS,
+            "argv": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "cwd": {"enum": ["project", "none"]},
+            "output": {"enum": ["lines", "jsonl"]},
+            "ok_codes": {"type": "array", "items": {"type": "integer"}},
+        },
+        required=["argv"],
+    )
 
     def _build(self) -> tuple[TemplateSet, ResultMapper]:
         argv = self.settings.get("argv")

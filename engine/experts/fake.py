@@ -19,7 +19,7 @@ import anyio
 
 from ..errors import ExpertFailed, ExpertOutputError, ExpertTimeout, ExpertUnavailable
 from ..types import Evidence, Query
-from .base import Expert
+from .base import Expert, settings
 
 Handler = Callable[[Query], "list[Evidence] | Awaitable[list[Evidence]]"]
 _FAILURES = {
@@ -32,6 +32,14 @@ _FAILURES = {
 
 class FakeExpert(Expert):
     adapter = "fake"
+    local_files = False
+    settings_schema = settings(
+        {
+            "items": {"type": "array", "items": {"type": "object", "required": ["project", "path", "kind"]}},
+            "delay_ms": {"type": "number", "minimum": 0},
+            "fail": {"enum": ["timeout", "unavailable", "internal", "malformed", "crash"]},
+        }
+    )
     handler: Handler | None = None
     calls: int = 0
 

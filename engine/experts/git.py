@@ -17,13 +17,15 @@ import anyio
 from ..errors import ExpertUnconfigured
 from ..types import Evidence, Project, Query
 from ..workspace import is_excluded, normalize_scope_path
-from .base import Expert, expert_errors, run_process
+from .base import POSITIVE_INT, Expert, expert_errors, run_process, settings
 
 _FMT = "--format=%x1e%H%x1f%aI%x1f%an%x1f%s"
 
 
 class GitExpert(Expert):
     adapter = "git"
+    reads_history = True
+    settings_schema = settings({"binary": {"type": "string", "minLength": 1}, "max_commits": POSITIVE_INT})
 
     def plan(self, query: Query) -> dict[str, Any]:
         f = query.features

@@ -30,14 +30,26 @@ import httpx
 
 from ..errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
 from ..types import Evidence, Query
+from .base import settings
 from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_each
-from .templated import TemplatedExpert
+from .templated import SHARED_SETTINGS, TemplatedExpert
 
 _TEMPLATED = ("params", "json", "headers")
 
 
 class HttpExpert(TemplatedExpert):
     adapter = "http"
+    settings_schema = settings(
+        {
+            **SHARED_SETTINGS,
+            "url": {"type": "string", "pattern": "^https?://"},
+            "method": {"type": "string", "pattern": "^(?i:get|post)$"},
+            "params": {"type": "object"},
+            "json": {},
+            "headers": {"type": "object"},
+        },
+        required=["url"],
+    )
 
     def _build(self) -> tuple[TemplateSet, ResultMapper]:
         url = self.settings.get("url")

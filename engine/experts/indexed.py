@@ -4,18 +4,24 @@ Such an expert keeps its index under ``<data>/index/<name>/`` with a manifest (f
 HEAD at index time, files pending), searches the committed index synchronously in a worker
 thread (so a deadline cancels the wait, never the event loop), flags items whose file changed
 since it was indexed, and reports the index's freshness in the receipt. Subclasses implement
-``indexer()``, ``plan()`` and ``_search_sync()``.
+``indexer()``, ``plan()`` and ``_search_sync()``, and may narrow ``accepts()`` (the files their
+index wants) and set ``slow_index`` (indexed after the fast ones, so it never holds them back).
+
+``engine index``, ``engine doctor`` and ``engine eval`` find index-backed experts with
+``isinstance(expert, IndexedExpert)`` (or the class flag ``needs_index``), never by probing
+for methods.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
-from ..index.build import changed_since_indexed, freshness
+from ..index.build import Indexer, changed_since_indexed, freshness
+from ..index.files import SourceFile
 from ..types import Evidence, Project, Query
 from .base import Expert, expert_errors
 
@@ -23,6 +29,18 @@ STALE = "file-changed-since-indexed"
 
 
 class IndexedExpert(Expert):
+    needs_index: ClassVar[bool] = True
+    live: ClassVar[bool] = False
+    slow_index: ClassVar[bool] = False
+
+    @abstractmethod
+    def indexer(self) -> Indexer:
+        """The writer ``engine index`` drives for this expert's index (cheap to build; opened by the indexer)."""
+
+    def accepts(self, f: SourceFile) -> bool:
+        """Whether ``f`` belongs in this expert's index (called by ``engine index``); every file by default."""
+        return True
+
     @property
     def _dir(self) -> Path:
         return self.env.index_dir(self.name)

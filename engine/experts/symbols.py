@@ -29,6 +29,7 @@ from ..index.symbols import SymbolIndexer, SymbolRow, SymbolStore, last_componen
 from ..index.tokenize import STOP_WORDS
 from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
+from .base import settings
 from .indexed import IndexedExpert
 
 SUBCLASS_WORDS = re.compile(
@@ -199,6 +200,7 @@ def _kind_rank(kind: str) -> int:
 
 class SymbolsExpert(IndexedExpert):
     adapter = "symbols"
+    settings_schema = settings({"snippet_lines": {"type": "integer", "minimum": 0}})
     #: grammar languages this expert indexes (None: every supported code language)
     languages: tuple[str, ...] | None = None
     references = True  # store reference tags (the typed expert resolves usages itself)

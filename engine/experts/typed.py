@@ -38,7 +38,7 @@ from ..index.files import read_indexable
 from ..index.symbols import SymbolRow, SymbolStore, last_component
 from ..types import Evidence, Project, Query
 from ..workspace import in_scope
-from .base import expert_errors
+from .base import expert_errors, settings
 from .symbols import SymbolsExpert, base_score_any, symbol_plan
 
 _JEDI_LOCK = threading.Lock()
@@ -116,6 +116,9 @@ def _snippet(lines: list[str], start: int, end: int) -> str:
 
 class TypedExpert(SymbolsExpert):
     adapter = "typed"
+    settings_schema = settings(
+        {**SymbolsExpert.settings_schema["properties"], "max_files": {"type": "integer", "minimum": 1}}
+    )
     languages = ("python",)
     references = False  # usages are found by resolving every mention, not from call tags
     with_names = True  # ... in the files that mention the name

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import IndexingError
 from ..types import Project
 from ..workspace import MAX_FILE_BYTES, SECRET_GLOBS, is_excluded, looks_binary_or_secret, rg_binary
 
@@ -35,9 +36,12 @@ def list_paths(project: Project) -> list[str]:
     argv = [rg_binary(), "--files", "--no-config", "--max-filesize", str(MAX_FILE_BYTES)]
     for g in SECRET_GLOBS:
         argv += ["--glob", f"!{g}"]
-    res = subprocess.run(argv, cwd=project.root, capture_output=True, check=False)
+    try:
+        res = subprocess.run(argv, cwd=project.root, capture_output=True, check=False)
+    except OSError as exc:  # rg missing or not executable, project folder gone
+        raise IndexingError(f"cannot list the files of {project.root}: {exc}") from exc
     if res.returncode not in (0, 1):
-        raise RuntimeError(f"rg --files failed in {project.root}: {res.stderr.decode(errors='replace')[-300:]}")
+        raise IndexingError(f"rg --files failed in {project.root}: {res.stderr.decode(errors='replace')[-300:]}")
     paths = []
     for raw in res.stdout.decode("utf-8", "replace").splitlines():
         p = raw[2:] if raw.startswith("./") else raw
@@ -80,18 +84,3 @@ def scan(
                 continue
             out[key] = SourceFile(project.name, path, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
     return out
-
-
-def file_sha(root: Path, path: str) -> str | None:
-    try:
-        return hashlib.sha256((root / path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def git_head(root: Path) -> str | None:
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, check=False, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return res.stdout.decode().strip() or None if res.returncode == 0 else None

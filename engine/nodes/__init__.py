@@ -1,6 +1,7 @@
 """The closed set of node kinds a pipeline may use (``kind:`` in YAML), listed in one place."""
 
-from .base import NODE_KINDS, FusedItem, Node, RunState, Selection
+from .base import NODE_KINDS, Directive, Node, RunPipeline, RunState, Selection, Services, Skip
+from .cache import CacheNode
 from .classify import ClassifyNode
 from .dispatch import DispatchNode
 from .fanout import FanoutNode
@@ -11,15 +12,19 @@ from .score import ScoreNode
 
 __all__ = [
     "NODE_KINDS",
+    "CacheNode",
     "ClassifyNode",
+    "Directive",
     "DispatchNode",
     "FanoutNode",
     "FuseNode",
-    "FusedItem",
     "GateNode",
     "Node",
     "ReceiptNode",
+    "RunPipeline",
     "RunState",
     "ScoreNode",
     "Selection",
+    "Services",
+    "Skip",
 ]

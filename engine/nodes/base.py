@@ -1,30 +1,101 @@
-"""The source of truth for what a pipeline node is and what it may touch.
+"""The source of truth for what a pipeline node is, what it may touch and what it may ask for.
 
-A node is a small class registered under a short ``kind`` (never an import path) with
+**A node** is a small class registered under a short ``kind`` (never an import path) with
 :func:`node_kind`. It is built from its YAML ``settings`` (cheap, validated by
-``validate(config)`` before anything runs) and runs as ``async run(state)``.
+``validate(config, pipeline)`` before anything runs; a bad setting raises
+:class:`~engine.errors.GraphError` naming the pipeline and node) and runs as
+``async run(state) -> Directive | None``.
 
-Nodes communicate through one :class:`RunState` per request, each kind writing the field it
-owns and reading only fields of kinds it declares in ``requires`` (checked at graph load:
-a ``fuse`` node needs a ``fanout`` upstream). The scheduler runs a node as soon as every node
-in its ``after:`` list finished; independent nodes (two fan-outs) run concurrently.
+**Data.** Nodes communicate through one :class:`RunState` per request, each kind writing the
+field it owns and reading only fields of kinds it declares in ``requires`` (checked at graph
+load: a ``fuse`` node needs a ``score`` upstream). Payloads are typed and frozen
+(:mod:`engine.items`): the score node writes :class:`~engine.items.ScoredItem` lists, the fuse
+node :class:`~engine.items.AnswerItem` s.
 
-A node that raises an :class:`~engine.errors.EngineError` stops the nodes downstream of it,
-except ``finalizer`` nodes (the receipt), which always run so that no request goes unlogged.
+**The runtime.** What a node may ask of the runtime that runs it is :class:`Services` and
+nothing else: an expert instance, the answer cache, the clock, and the one call that signs and
+stores a receipt. Nodes never call back into the runtime or the scheduler to run more of the
+graph; they *return* a directive and the scheduler acts on it, so control flows one way
+(runtime → scheduler → nodes → experts/store → spec/types).
+
+**Directives** (what ``run`` may return; ``None`` means "carry on"):
+
+* :class:`RunPipeline` — run another pipeline (by name) on this same state before anything
+  downstream of this node starts. ``dispatch`` uses it to hand a classified question to its
+  class pipeline; the receipt then shows the whole path (``router → identifier``).
+* :class:`Skip` — do not run some nodes downstream of this one. ``Skip(descendants=True)``
+  skips every node downstream except finalizers (the ``cache`` node on a hit: fan-out, score
+  and fuse are skipped, the receipt still runs); ``Skip(nodes={...})`` skips the named nodes,
+  and a node *all* of whose predecessors were skipped is skipped too — so a branch node can skip
+  the head of the branch it does not take and the rest of that branch follows, while a join
+  node with one live predecessor still runs. A skipped node is not a failure: its successors
+  become ready as usual, and the receipt records nothing for it.
+
+**Scheduling.** A node runs as soon as every node in its ``after:`` list finished (ran, failed
+or was skipped); independent nodes (two fan-outs) run concurrently. A node that raises an
+:class:`~engine.errors.EngineError` stops the nodes downstream of it, except ``finalizer``
+nodes (the receipt), which always run so that no request goes unlogged.
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from ..errors import EngineError, SpecError
+from ..errors import EngineError, GraphError
+from ..experts.base import Expert
+from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
 from ..spec import ConfigSet, NodeSpec, PipelineSpec
 from ..types import Classification, ExpertOutcome, Request
 from ..workspace import Workspace
+
+
+class Services(Protocol):
+    """What a node may ask of its runtime (implemented by :class:`engine.runtime.Router`)."""
+
+    def clock(self) -> float:
+        """Monotonic seconds; budgets and latencies are measured on it."""
+        ...
+
+    def expert(self, name: str) -> Expert:
+        """The ready instance of an expert of experts.yaml (sessions are reused across runs)."""
+        ...
+
+    def cache_key(self, request: Request, config_version: str) -> str:
+        """The answer-cache key: config, request, workspace, HEADs and index states."""
+        ...
+
+    def cached_answer(self, key: str) -> CachedAnswer | None:
+        """A fresh cached answer for ``key``, or None (a busy store is a miss, never a wait)."""
+        ...
+
+    def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
+        """Sign ``receipt`` and store it durably; return the signed receipt.
+
+        Raises:
+            ReceiptError: it could not be signed or stored (the request then fails: no unlogged path).
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunPipeline:
+    """Directive: run the pipeline ``name`` on this state before this node's successors."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Directive: do not run ``nodes`` (and, with ``descendants``, every non-finalizer downstream)."""
+
+    nodes: frozenset[str] = frozenset()
+    descendants: bool = False
+
+
+Directive = RunPipeline | Skip
 
 
 @dataclass
@@ -37,37 +108,30 @@ class Selection:
 
 
 @dataclass
-class FusedItem:
-    item: dict[str, Any]  # the response item, JSON-safe
-    score: float
-
-
-@dataclass
 class RunState:
     request: Request
     config: ConfigSet
     pipeline: PipelineSpec
     workspace: Workspace
     config_version: str
-    services: Any  # engine.runtime.Services: expert pool, store, signing key (typed there)
-    started: float = field(default_factory=time.perf_counter)
+    services: Services
+    started: float
     created_at: str = ""
     pipelines_run: list[str] = field(default_factory=list)
     classification: Classification | None = None
     selection: Selection | None = None
     outcomes: dict[str, ExpertOutcome] = field(default_factory=dict)
-    scored: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    fused: list[FusedItem] = field(default_factory=list)
+    scored: dict[str, list[ScoredItem]] = field(default_factory=dict)
+    fused: list[AnswerItem] = field(default_factory=list)
+    separate: dict[str, dict[str, Any]] = field(default_factory=dict)  # mode=separate: expert → its list
     fusion_info: dict[str, Any] = field(default_factory=dict)
-    confidence: dict[str, Any] = field(default_factory=dict)
+    confidence: Confidence | None = None
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
-    cached_response: dict[str, Any] | None = None
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
-    response: dict[str, Any] | None = None
 
     def elapsed_ms(self) -> float:
-        return (time.perf_counter() - self.started) * 1000
+        return (self.services.clock() - self.started) * 1000
 
     def deadline_ms(self) -> float | None:
         """Time left in the caller's latency budget, if one was given."""
@@ -86,19 +150,23 @@ class Node(ABC):
         self.settings: Mapping[str, Any] = spec.settings
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
-        """Raise SpecError when settings name experts, pipelines or values that do not exist."""
+        """Raise GraphError when settings name experts, pipelines or values that do not exist."""
         return None  # most kinds have nothing to check beyond the graph itself
 
     @abstractmethod
-    async def run(self, state: RunState) -> None:
+    async def run(self, state: RunState) -> Directive | None:
         """Do this node's part of the run, reading and writing only the fields of ``state`` it owns."""
 
-    def _check_experts(self, names: Any, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
+    def invalid(self, pipeline: PipelineSpec, message: str) -> GraphError:
+        """The error for a bad setting of this node, naming the pipeline file and the node."""
+        return GraphError(f"node {self.id!r} ({self.kind}): {message}", pipeline=pipeline.file.name, node_id=self.id)
+
+    def _check_experts(self, names: Iterable[str] | None, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
         for name in names or ():
             if name not in config.experts:
-                raise SpecError(
-                    f"{pipeline.file.name}: node {self.id!r} settings.{key} names unknown expert "
-                    f"{name!r}; experts.yaml defines {sorted(config.experts)}"
+                raise self.invalid(
+                    pipeline,
+                    f"settings.{key} names unknown expert {name!r}; experts.yaml defines {sorted(config.experts)}",
                 )
 
 

@@ -143,7 +143,7 @@ class ClassifyNode(Node):
 
     async def run(self, state: RunState) -> None:
         if state.classification is not None:  # already classified by the router that dispatched here
-            return
+            return None
         req = state.request
         c = classify(req.question, state.config.priors.abstain_below)
         if req.intent:
@@ -151,3 +151,4 @@ class ClassifyNode(Node):
         elif state.pipeline.klass:
             c = Classification(state.pipeline.klass, 1.0, f"pipeline-class:{state.pipeline.name}", False, c.features)
         state.classification = c
+        return None

@@ -1,17 +1,17 @@
 """dispatch: hand the classified question to its class pipeline (the router's second step).
 
 ``settings.routes`` maps each class to a pipeline name; ``settings.default`` takes abstentions
-(and any class without a route). The target runs in the same run state, so its receipt shows
+(and any class without a route). The node returns a :class:`~engine.nodes.base.RunPipeline`
+directive and the scheduler runs the target in the same run state, so its receipt shows
 the whole path (``router → identifier``) under the router's config_version, which hashes every
 pipeline the router can reach.
 """
 
 from __future__ import annotations
 
-from ..errors import SpecError
 from ..spec import ConfigSet, PipelineSpec
 from ..types import CLASSES
-from .base import Node, RunState, node_kind
+from .base import Node, RunPipeline, RunState, node_kind
 
 
 @node_kind
@@ -22,24 +22,22 @@ class DispatchNode(Node):
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         routes = self.settings.get("routes")
         if not isinstance(routes, dict) or not routes:
-            raise SpecError(
-                f"{pipeline.file.name}: dispatch node {self.id!r} needs settings.routes: {{class: pipeline}}"
-            )
+            raise self.invalid(pipeline, "needs settings.routes: {class: pipeline}")
         targets = [*routes.items(), ("default", self.settings.get("default"))]
         for klass, target in targets:
             if klass != "default" and klass not in CLASSES:
-                raise SpecError(f"{pipeline.file.name}: routes names unknown class {klass!r}; classes: {list(CLASSES)}")
+                raise self.invalid(pipeline, f"settings.routes names unknown class {klass!r}; classes: {list(CLASSES)}")
             if target is None and klass == "default":
-                raise SpecError(f"{pipeline.file.name}: dispatch node {self.id!r} needs settings.default")
+                raise self.invalid(pipeline, "needs settings.default")
             if target not in config.pipelines or target == pipeline.name:
-                raise SpecError(
-                    f"{pipeline.file.name}: route {klass} → {target!r} is not another pipeline; "
-                    f"pipelines: {sorted(config.pipelines)}"
+                raise self.invalid(
+                    pipeline,
+                    f"route {klass} → {target!r} is not another pipeline; pipelines: {sorted(config.pipelines)}",
                 )
 
-    async def run(self, state: RunState) -> None:
+    async def run(self, state: RunState) -> RunPipeline:
         c = state.classification
-        assert c is not None
+        assert c is not None  # guaranteed by `requires`
         routes = self.settings["routes"]
         target = self.settings["default"] if c.abstained else routes.get(c.klass, self.settings["default"])
-        await state.services.run_pipeline_in(state, state.config.pipelines[target])
+        return RunPipeline(str(target))

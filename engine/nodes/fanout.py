@@ -10,8 +10,6 @@ side by side (their outcomes merge; each expert runs in exactly one of them).
 
 from __future__ import annotations
 
-import time
-
 import anyio
 
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
@@ -45,21 +43,23 @@ class FanoutNode(Node):
         self._check_experts(self.settings.get("experts"), config, pipeline, "experts")
 
     async def run(self, state: RunState) -> None:
-        assert state.selection is not None
+        assert state.selection is not None  # guaranteed by `requires`
         only = self.settings.get("experts")
         names = [n for n in state.selection.experts if (not only or n in only) and n not in state.outcomes]
         query = build_query(state)
         async with anyio.create_task_group() as tg:
             for name in names:
                 tg.start_soon(self._one, state, name, query)
+        return None
 
     async def _one(self, state: RunState, name: str, query: Query) -> None:
         spec = state.config.experts[name]
         outcome = ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={})
         state.outcomes[name] = outcome  # registered first, so even a crash leaves a row in the receipt
-        started = time.perf_counter()
+        clock = state.services.clock
+        started = clock()
         try:
-            expert = state.services.pool.get(name)
+            expert = state.services.expert(name)
             with expert_errors(name):
                 outcome.sub_query = expert.plan(query)
             left = state.deadline_ms()
@@ -79,4 +79,4 @@ class FanoutNode(Node):
             outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message
             outcome.items = []
         finally:
-            outcome.latency_ms = (time.perf_counter() - started) * 1000
+            outcome.latency_ms = (clock() - started) * 1000

@@ -1,18 +1,19 @@
-"""fuse: weighted RRF over the scored lists, dedup, tiers, per-file cap, doc/test priors (DESIGN §6.5).
+"""fuse: the fused answer (DESIGN §6.5), a thin wrapper over :func:`engine.fusion.fuse`.
 
-Weights are the gate's per-class priors; ``k``, the per-file diversity cap, the prose-doc and
-test-file priors, the snippet cap and the low-confidence threshold come from
-``priors.yaml: fusion``. ``mode: separate`` skips cross-expert fusion and returns each expert's
-own list, labelled.
+Weights are the gate's per-class priors; ``k`` (``settings.k`` overrides it per node), the
+per-file diversity cap, the prose-doc and test-file priors, the snippet cap and the
+low-confidence threshold come from ``priors.yaml: fusion``. ``mode: separate`` skips
+cross-expert fusion and returns each expert's own list, labelled, built by the same item
+builder (:func:`engine.items.answer_item`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..fusion import cluster_items, cluster_to_item, weighted_rrf
-from ..workspace import is_doc_file, is_test_file
-from .base import FusedItem, Node, RunState, node_kind
+from ..fusion import fuse
+from ..items import answer_item
+from .base import Node, RunState, node_kind
 
 
 @node_kind
@@ -21,11 +22,10 @@ class FuseNode(Node):
     requires = ("score",)
 
     async def run(self, state: RunState) -> None:
-        assert state.selection is not None
+        assert state.selection is not None  # guaranteed by `requires`
         fusion = state.config.priors.fusion
         k = int(self.settings.get("k", fusion.k))
         weights = dict(state.selection.experts)
-        classes = {n: state.config.experts[n].precision_class for n in state.outcomes}
         state.fusion_info = {
             "method": fusion.method,
             "k": k,
@@ -36,36 +36,39 @@ class FuseNode(Node):
         }
         if state.request.mode == "separate":
             state.fusion_info["method"] = "none (mode=separate)"
-            return
-        klass = state.classification.klass if state.classification else None
-        clusters = cluster_items(state.scored)
-        weighted_rrf(clusters, weights, k)
-        items: list[dict[str, Any]] = []
-        for c in clusters:
-            prior = 1.0
-            if c.kind != "commit" and c.path:
-                if klass != "docs" and is_doc_file(c.path):
-                    prior *= fusion.doc_file_prior
-                if is_test_file(c.path):
-                    prior *= fusion.test_file_prior
-            items.append(cluster_to_item(c, weights, k, classes, fusion.snippet_chars, prior))
-        items.sort(key=lambda it: (-it["score"], it["project"], it["path"], it["range"]["start_line"]))
-        per_file: dict[tuple[str, str], int] = {}
-        kept: list[FusedItem] = []
-        for it in items:
-            key = (it["project"], it["path"] if it["kind"] != "commit" else it["id"])
-            if per_file.get(key, 0) >= fusion.per_file_cap:
-                continue
-            per_file[key] = per_file.get(key, 0) + 1
-            kept.append(FusedItem(it, it["score"]))
-            if len(kept) >= state.request.limit:
-                break
-        for rank, f in enumerate(kept, start=1):
-            f.item["rank"] = rank
-        state.fused = kept
-        max_score = sum(weights.values()) / (k + 1) if weights else 0.0
-        top = kept[0].score / max_score if kept and max_score else 0.0
-        state.confidence = {
-            "score": round(top, 4),
-            "label": "none" if not kept else ("low" if top < fusion.low_confidence_below else "high"),
-        }
+            state.separate = separate_lists(state)
+            return None
+        fused = fuse(
+            state.scored,
+            weights=weights,
+            classes={n: state.config.experts[n].precision_class for n in state.outcomes},
+            fusion=fusion,
+            k=k,
+            klass=state.classification.klass if state.classification else None,
+            limit=state.request.limit,
+        )
+        state.fused = list(fused.items)
+        state.confidence = fused.confidence
+        return None
+
+
+def separate_lists(state: RunState) -> dict[str, dict[str, Any]]:
+    """mode=separate: each expert's own list (at most ``limit`` items), labelled, no cross-expert fusion."""
+    snippet = state.config.priors.fusion.snippet_chars
+    out: dict[str, dict[str, Any]] = {}
+    for name, o in sorted(state.outcomes.items()):
+        items = [
+            answer_item(
+                s.evidence,
+                rank=s.rank,
+                score=round(float(s.evidence.score), 4),
+                subscores=s.subscores,
+                flags=s.flags,
+                snippet_chars=snippet,
+            ).to_dict()
+            for s in state.scored.get(name, [])[: state.request.limit]
+        ]
+        out[name] = {"status": o.status, "precision_class": o.precision_class, "items": items}
+        if o.error:
+            out[name]["error"] = o.error
+    return out

@@ -3,7 +3,7 @@
 * classifier abstained ⇒ ``priors.default_experts`` (the documented default set);
 * an expert whose prior is below ``gate.min_prior`` does not run; neither does a disabled one,
   one below ``budget.min_precision_class``, one whose ``languages`` exclude ``scope.language``,
-  nor ``git`` with no git repository in scope;
+  nor one whose adapter ``reads_history`` with no git repository in scope;
 * "one expert suffices": a prior ≥ ``gate.single_expert_at`` with every other prior below
   ``gate.single_expert_others_below`` runs alone;
 * at most ``min(budget.max_experts, gate.max_experts)`` run, highest prior first;
@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 from ..errors import GateError
+from ..experts import adapter_class
 from ..spec import ConfigSet, PipelineSpec
+from ..types import PRECISION
 from .base import Node, RunState, Selection, node_kind
-
-#: higher is more precise; budget.min_precision_class keeps experts at or above it
-PRECISION_RANK = {"typed": 6, "structural": 5, "hybrid": 4, "lexical": 3, "semantic": 2, "docs": 1, "history": 1}
 
 
 @node_kind
@@ -36,6 +35,7 @@ class GateNode(Node):
                 "no expert passed the gate for this question; see receipt.experts_selected for why",
                 reasons=state.selection.reasons,
             )
+        return None
 
 
 def select(state: RunState, allowed: set[str] | None = None) -> Selection:
@@ -59,12 +59,12 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
             reasons[name] = f"prior {w} below gate.min_prior {gate.min_prior} for {basis}"
         elif (
             req.budget.min_precision_class
-            and PRECISION_RANK[spec.precision_class] < PRECISION_RANK[req.budget.min_precision_class]
+            and PRECISION[spec.precision_class].rank < PRECISION[req.budget.min_precision_class].rank
         ):
             reasons[name] = f"precision {spec.precision_class} below budget.min_precision_class"
         elif req.scope.language and spec.languages and req.scope.language.lower() not in spec.languages:
             reasons[name] = f"does not handle scope.language {req.scope.language}"
-        elif spec.adapter == "git" and not any(p.is_git for p in projects):
+        elif adapter_class(spec.adapter).reads_history and not any(p.is_git for p in projects):
             reasons[name] = "no git repository in scope"
         elif allowed is not None and name not in allowed:
             reasons[name] = "not in this pipeline's expert list"

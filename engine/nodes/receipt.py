@@ -1,9 +1,11 @@
-"""receipt: sign, store, build the response (DESIGN §5). A finalizer: it runs even after a failure.
+"""receipt: build the receipt's body, then have it signed and stored (DESIGN §5). A finalizer: it
+runs even after a failure or a cache hit.
 
-The receipt is Ed25519-signed and durably stored before the response exists; when that
-fails the request fails with ``receipt_error`` (there is no unlogged path). Idempotent per
-run: a class pipeline dispatched by the router writes it, the router's own receipt node then
-has nothing left to do.
+This module owns the body (:func:`build_receipt`); signing and durable storage are one call to
+the runtime (:meth:`~engine.nodes.base.Services.store_receipt`), done before the response
+exists. When that fails the request fails with ``receipt_error`` (there is no unlogged path).
+Idempotent per run: a class pipeline dispatched by the router writes it, the router's own
+receipt node then has nothing left to do.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
-from ..errors import EngineError, ReceiptError
-from ..receipts import sign
 from .base import Node, RunState, node_kind
 
 
@@ -48,38 +48,17 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         else sum(len(o.items) for o in state.outcomes.values()),
         "status": status,
     }
-    if state.confidence:
-        receipt["confidence"] = state.confidence
+    if state.confidence is not None:
+        receipt["confidence"] = state.confidence.to_dict()
     if state.error is not None:
         receipt["error"] = state.error.to_dict()
     return receipt
 
 
 def write_receipt(state: RunState) -> None:
-    """Sign and durably store the run's receipt (once per run)."""
-    if state.receipt is not None:
-        return
-    try:
-        receipt = sign(build_receipt(state), state.services.signing_key())
-        state.services.store.append(
-            "receipts",
-            {
-                "receipt_id": receipt["receipt_id"],
-                "created_at": receipt["created_at"],
-                "pipeline": receipt["pipeline"],
-                "config_version": receipt["config_version"],
-                "request_hash": receipt["request_hash"],
-                "class": receipt["classifier"]["class"],
-                "result_count": receipt["result_count"],
-                "status": receipt["status"],
-                "body": receipt,
-            },
-        )
-    except EngineError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request
-        raise ReceiptError(f"receipt could not be signed and stored: {type(exc).__name__}: {exc}") from exc
-    state.receipt = receipt
+    """Build, sign and durably store the run's receipt (once per run)."""
+    if state.receipt is None:
+        state.receipt = state.services.store_receipt(build_receipt(state))
 
 
 @node_kind
@@ -89,3 +68,4 @@ class ReceiptNode(Node):
 
     async def run(self, state: RunState) -> None:
         write_receipt(state)
+        return None

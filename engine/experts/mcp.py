@@ -17,25 +17,40 @@ Settings (experts.yaml ``settings:``)::
 
 ``command`` and ``cwd`` may use workspace variables only (``roots``, ``root``, ``data_dir``, ``python``), never
 the question: the session is opened once and reused for every question. All ``mcp`` SDK use
-goes through :mod:`engine.mcp_bridge` (the one module importing ``mcp``).
+goes through :mod:`engine.mcp_client` (with :mod:`engine.mcp_server`, the only modules importing ``mcp``).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
 
 from ..errors import ExpertFailed, ExpertUnconfigured
 from ..spec import ExpertSpec
 from ..types import Evidence, Query
-from .base import ExpertEnv
+from .base import ExpertEnv, settings
 from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_each
-from .templated import TemplatedExpert
+from .templated import SHARED_SETTINGS, TemplatedExpert
 
 
 class McpExpert(TemplatedExpert):
     adapter = "mcp"
+    settings_schema: ClassVar[Mapping[str, Any]] = {
+        **settings(
+            {
+                **SHARED_SETTINGS,
+                "command": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                "url": {"type": "string", "pattern": "^https?://"},
+                "cwd": {"type": "string"},
+                "tool": {"type": "string", "minLength": 1},
+                "arguments": {"type": "object"},
+                "protocol": {"type": "string", "minLength": 1},  # auto | legacy | a protocol version
+            },
+            required=["tool"],
+        ),
+        "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
+    }
 
     def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
         super().__init__(spec, env)
@@ -58,7 +73,7 @@ class McpExpert(TemplatedExpert):
 
     def _connection(self) -> Any:
         if self._conn is None:
-            from ..mcp_bridge import McpConnection  # lazy: the SDK costs ~1 s to import
+            from ..mcp_client import McpConnection  # lazy: the SDK costs ~1 s to import
 
             ws = {
                 "roots": [str(r) for r in self.env.workspace.roots],

@@ -1,32 +1,22 @@
-"""The one module that imports the MCP SDK (``mcp>=2,<3``): server plumbing and a reusable client.
+"""The client side of MCP (``mcp>=2,<3``): one of the two modules importing the SDK (the server
+side is :mod:`engine.mcp_server`). Used by the ``mcp`` expert adapter (:mod:`engine.experts.mcp`).
 
-Keeping every ``mcp`` import here makes an SDK rename (v1 ``FastMCP`` → v2 ``MCPServer``, the
-v2 low-level ``Server(on_list_tools=..., on_call_tool=...)`` handlers) a one-file change. The
-rest of the engine speaks plain types: :class:`ToolSpec`, :class:`ToolReply`, :class:`ToolOutput`.
-
-* Server side (used by :mod:`engine.serve`): :func:`build_server` wraps a :class:`ToolApp` in the
-  SDK's low-level ``Server`` (the high-level ``MCPServer`` derives input schemas from Python
-  signatures; ours is the request JSON Schema). The app is opened by the server's lifespan, so
-  there is one per server lifetime on stdio and on streamable HTTP alike. :func:`http_app` adds
-  bearer-token auth in front of the SDK's streamable-HTTP app.
-* Client side (used by the ``mcp`` expert): :class:`McpConnection` keeps one session to an
-  external server. SDK sessions are task-bound context managers, but an expert is called from
-  a different fan-out task on every request (and, from the CLI, from a new event loop each
-  run), so the session lives in a private event-loop thread (an anyio blocking portal in a
-  daemon thread) and calls are forwarded to it. A call cancelled by the caller's deadline
-  cancels the forwarded call too; a server that died is restarted on the next call.
+:class:`McpConnection` keeps one session to an external server. SDK sessions are task-bound
+context managers, but an expert is called from a different fan-out task on every request (and,
+from the CLI, from a new event loop each run), so the session lives in a private event-loop
+thread (an anyio blocking portal in a daemon thread) and calls are forwarded to it. A call
+cancelled by the caller's deadline cancels the forwarded call too; a server that died is
+restarted on the next call.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -35,146 +25,11 @@ import mcp_types as types
 import pydantic
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
-from .errors import ExpertFailed, ExpertOutputError, ExpertUnavailable
+from .errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
 
 log = logging.getLogger("engine.mcp")
-
-
-# ---------------------------------------------------------------------------------------------
-# server side
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: Mapping[str, Any]
-    title: str | None = None
-    read_only: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ToolReply:
-    text: str
-    structured: dict[str, Any] | None = None
-    is_error: bool = False
-
-
-class UnknownTool(LookupError):
-    """Raised by a ToolApp for a name it does not serve (a protocol error, not a tool error)."""
-
-
-class ToolApp(Protocol):
-    async def list_tools(self) -> list[ToolSpec]: ...
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply: ...
-
-
-def build_server(
-    name: str, version: str, instructions: str, open_app: Callable[[], AbstractAsyncContextManager[ToolApp]]
-) -> Server[Any]:
-    """A low-level SDK server whose lifespan opens ``open_app()`` once and serves its tools."""
-
-    @asynccontextmanager
-    async def lifespan(_server: Server[Any]) -> AsyncIterator[ToolApp]:
-        async with open_app() as app:
-            yield app
-
-    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        app: ToolApp = ctx.lifespan_context
-        tools = [
-            types.Tool(
-                name=t.name,
-                title=t.title,
-                description=t.description,
-                input_schema=dict(t.input_schema),
-                annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
-            )
-            for t in await app.list_tools()
-        ]
-        return types.ListToolsResult(tools=tools)
-
-    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        app: ToolApp = ctx.lifespan_context
-        try:
-            reply = await app.call_tool(params.name, dict(params.arguments or {}))
-        except UnknownTool as exc:
-            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; {exc}") from None
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=reply.text)],
-            structured_content=reply.structured,
-            is_error=reply.is_error,
-        )
-
-    return Server(
-        name,
-        version=version,
-        instructions=instructions,
-        lifespan=lifespan,
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
-    )
-
-
-async def run_stdio(server: Server[Any]) -> None:
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-class BearerAuth:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>`` (else 401)."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            got = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
-            if not hmac.compare_digest(got, self.expected):
-                body = b'{"error":"unauthorized","message":"missing or wrong bearer token"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
-def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "/mcp") -> Any:
-    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback), behind bearer auth."""
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
-    return BearerAuth(app, token) if token else app
-
-
-async def run_http(server: Server[Any], *, host: str, port: int, token: str | None) -> None:
-    import uvicorn
-
-    config = uvicorn.Config(
-        http_app(server, host=host, token=token),
-        host=host,
-        port=port,
-        log_level="info",
-        access_log=False,
-        lifespan="on",
-    )
-    await uvicorn.Server(config).serve()
-
-
-# ---------------------------------------------------------------------------------------------
-# client side
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +59,7 @@ class McpConnection:
         protocol: str = "auto",
     ) -> None:
         if bool(command) == bool(url):
-            raise ValueError("exactly one of command or url")
+            raise ExpertUnconfigured("set exactly one of settings.command or settings.url", expert=expert)
         self.expert = expert
         self.command, self.env, self.cwd = command, dict(env or {}), cwd
         self.url, self.headers, self.protocol = url, dict(headers or {}), protocol

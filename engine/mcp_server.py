@@ -1,0 +1,254 @@
+"""The server side of MCP (``mcp>=2,<3``): one of the two modules importing the SDK (the client
+side is :mod:`engine.mcp_client`).
+
+Keeping every ``mcp`` import in these two modules makes an SDK rename (v1 ``FastMCP`` → v2
+``MCPServer``, the v2 low-level ``Server(on_list_tools=..., on_call_tool=...)`` handlers) a
+two-file change. The rest of the engine speaks plain types: :class:`ToolSpec`, :class:`ToolReply`.
+
+* :func:`build_server` wraps a :class:`ToolApp` (:mod:`engine.serve`) in the SDK's low-level
+  ``Server`` (the high-level ``MCPServer`` derives input schemas from Python signatures; ours is
+  the request JSON Schema). The app is opened by the server's lifespan, so there is one per
+  server lifetime on stdio and on streamable HTTP alike.
+* :func:`run_stdio` serves newline-delimited JSON-RPC on stdin/stdout with our own reader, so
+  that every line gets an answer: a line that is not JSON gets a JSON-RPC parse error (-32700,
+  ``id: null``), JSON that is not a JSON-RPC message an invalid-request error (-32600), and a
+  message carrying text the SDK's strict JSON parser refuses (a lone surrogate, ``"x \\ud800"``)
+  is read with Python's parser and reaches the tool, which answers it as ``invalid_request``.
+  The SDK's own reader drops such lines and the client waits forever.
+* :func:`http_app` adds bearer-token auth in front of the SDK's streamable-HTTP app.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+
+import anyio
+import mcp_types as types
+import pydantic
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+log = logging.getLogger("engine.mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    title: str | None = None
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    text: str
+    structured: dict[str, Any] | None = None
+    is_error: bool = False
+
+
+class UnknownTool(LookupError):
+    """Raised by a ToolApp for a name it does not serve (a protocol error, not a tool error)."""
+
+
+class ToolApp(Protocol):
+    async def list_tools(self) -> list[ToolSpec]: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolReply: ...
+
+
+def build_server(
+    name: str, version: str, instructions: str, open_app: Callable[[], AbstractAsyncContextManager[ToolApp]]
+) -> Server[Any]:
+    """A low-level SDK server whose lifespan opens ``open_app()`` once and serves its tools."""
+
+    @asynccontextmanager
+    async def lifespan(_server: Server[Any]) -> AsyncIterator[ToolApp]:
+        async with open_app() as app:
+            yield app
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        app: ToolApp = ctx.lifespan_context
+        tools = [
+            types.Tool(
+                name=t.name,
+                title=t.title,
+                description=t.description,
+                input_schema=dict(t.input_schema),
+                annotations=types.ToolAnnotations(read_only_hint=t.read_only, open_world_hint=False),
+            )
+            for t in await app.list_tools()
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        app: ToolApp = ctx.lifespan_context
+        try:
+            reply = await app.call_tool(params.name, dict(params.arguments or {}))
+        except UnknownTool as exc:
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}; {exc}") from None
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=reply.text)],
+            structured_content=reply.structured,
+            is_error=reply.is_error,
+        )
+
+    return Server(
+        name,
+        version=version,
+        instructions=instructions,
+        lifespan=lifespan,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+    """Serve ``server`` over newline-delimited JSON-RPC until stdin closes.
+
+    While serving, fd 0 reads the null device and fd 1 writes to stderr, so child processes and a
+    stray ``print`` (ours or a library's) cannot touch the wire; the wire is a private duplicate
+    of each (what the SDK's own stdio transport does).
+    """
+    restore: Callable[[], None] | None = None
+    if stdin is None or stdout is None:
+        stdin, stdout, restore = _claim_stdio()
+    wire_in, wire_out = stdin, stdout
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def reader() -> None:
+        async with read_send:
+            while line := await anyio.to_thread.run_sync(wire_in.readline, abandon_on_cancel=True):
+                if not line.strip():
+                    continue
+                message, error = parse_line(line)
+                if message is not None:
+                    await read_send.send(SessionMessage(message))
+                elif error is not None:
+                    await write_send.send(SessionMessage(error))
+
+    async def writer() -> None:
+        async with write_recv:
+            async for session_message in write_recv:
+                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await anyio.to_thread.run_sync(_write_line, wire_out, data)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            # the session gets its own clone: closing it leaves the reader's error replies a way out
+            await server.run(read_recv, write_send.clone(), server.create_initialization_options())
+            await write_send.aclose()
+            tg.cancel_scope.cancel()
+    finally:
+        if restore is not None:
+            restore()
+
+
+def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCError | None]:
+    """One wire line → (a message for the session, or the error to answer it with)."""
+    try:
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False), None
+    except pydantic.ValidationError:
+        pass  # the SDK's parser is strict (jiter); read it again with Python's to say what is wrong
+    try:
+        data = json.loads(line.decode("utf-8", "replace"))
+    except ValueError as exc:
+        return None, _wire_error(None, types.PARSE_ERROR, f"Parse error: {exc}")
+    try:
+        return types.jsonrpc_message_adapter.validate_python(data, by_name=False), None
+    except pydantic.ValidationError:
+        rid = data.get("id") if isinstance(data, dict) else None
+        if isinstance(data, dict) and "method" in data and rid is None:
+            return None, None  # a broken notification: JSON-RPC answers nothing
+        rid = rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
+        return None, _wire_error(rid, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+def _wire_error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(code=code, message=message))
+
+
+def _write_line(out: BinaryIO, data: str) -> None:
+    out.write(data.encode("utf-8", "backslashreplace") + b"\n")
+    out.flush()
+
+
+def _claim_stdio() -> tuple[BinaryIO, BinaryIO, Callable[[], None] | None]:
+    """Private duplicates of fds 0 and 1 for the wire; fd 0 → /dev/null and fd 1 → stderr meanwhile."""
+    try:
+        wire_in, wire_out = os.dup(0), os.dup(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+    except OSError:  # no usable descriptors (an embedded interpreter): serve the buffers in place
+        return sys.stdin.buffer, sys.stdout.buffer, None
+
+    def restore() -> None:
+        try:
+            os.dup2(wire_in, 0)
+            os.dup2(wire_out, 1)
+        except OSError:
+            log.exception("restoring stdin/stdout")
+
+    return os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False), restore
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>`` (else 401)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            got = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
+            if not hmac.compare_digest(got, self.expected):
+                body = b'{"error":"unauthorized","message":"missing or wrong bearer token"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "/mcp") -> Any:
+    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback), behind bearer auth."""
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    return BearerAuth(app, token) if token else app
+
+
+async def run_http(server: Server[Any], *, host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        http_app(server, host=host, token=token),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        lifespan="on",
+    )
+    await uvicorn.Server(config).serve()
