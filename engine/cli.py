@@ -1,6 +1,15 @@
 """The ``engine`` command: thin typer glue over :mod:`engine.runtime` (work happens elsewhere).
 
-Exit codes: 0 answered (empty included), 2 invalid request or config, 1 router failure.
+Exit codes (docs/cli.md), taken from the error classes of :mod:`engine.errors`:
+
+* 0 — answered (an empty answer included), or the command did what it was asked;
+* 2 — the request, the config or the command line is wrong (``InvalidRequest``, ``SpecError``,
+  ``EvalError``; click's own usage errors);
+* 1 — the router failed (any other ``EngineError``: a receipt that could not be stored, a zero
+  expert gate, a failing ``doctor`` check, a receipt that does not verify) — or a bug: anything
+  outside the error tree is printed as ``internal_error`` with its traceback on stderr.
+
+Every error goes to stderr as one JSON object (``{"error": code, "message": ...}``).
 """
 
 from __future__ import annotations
@@ -8,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,9 +28,10 @@ from typer.core import TyperGroup
 if TYPE_CHECKING:
     from .store import Store
 
+from .config import load_config
 from .errors import EngineError, SpecError
 from .render import render
-from .spec import config_dir_for, load_config, load_schema
+from .spec import config_dir_for, load_schema
 from .workspace import Workspace
 
 app = typer.Typer(
@@ -403,7 +414,6 @@ def eval_run(
     """Run every arm over the suite; write metrics.json, TREC runs, report.md and store rows."""
     from .evaluation.report import write_run
     from .evaluation.runner import EvalOptions, run_eval
-    from .evaluation.suite import SuiteError
 
     opts = EvalOptions(
         suite=suite,
@@ -421,12 +431,9 @@ def eval_run(
     )
     try:
         run_dir, metrics = write_run(run_eval(opts))
-    except EngineError as exc:
+    except EngineError as exc:  # SuiteError and unknown arms are EvalError (exit 2)
         _fail(exc)
         return
-    except (SuiteError, ValueError, RuntimeError) as exc:
-        typer.echo(json.dumps({"error": "eval_failed", "message": str(exc)}), err=True)
-        raise typer.Exit(2) from None
     if fmt == "json":
         typer.echo(json.dumps(metrics, indent=1, ensure_ascii=False))
     else:
@@ -449,9 +456,9 @@ def eval_compare(
 
     try:
         checks, warnings = compare_paths(base, new, latency_floor_ms)
-    except (OSError, ValueError, KeyError) as exc:
-        typer.echo(json.dumps({"error": "compare_failed", "message": str(exc)}), err=True)
-        raise typer.Exit(2) from None
+    except EngineError as exc:
+        _fail(exc)
+        return
     bad = [c for c in checks if c.regression]
     if fmt == "json":
         typer.echo(
@@ -508,14 +515,21 @@ def bench(
     except EngineError as exc:
         _fail(exc)
         return
-    except (OSError, ValueError) as exc:
-        typer.echo(json.dumps({"error": "bench_failed", "message": str(exc)}), err=True)
-        raise typer.Exit(2) from None
     typer.echo(json.dumps(result, indent=1) if fmt == "json" else bench_table(result))
 
 
 def main() -> None:
-    app()
+    """The console script: every exit is 0, 1 or 2 (see the module docstring)."""
+    try:
+        app(standalone_mode=True)
+    except EngineError as exc:  # one a command did not catch itself
+        typer.echo(json.dumps(exc.to_dict(), ensure_ascii=False), err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - a bug: say so in the same shape, keep the traceback for the report
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}"
+        typer.echo(json.dumps({"error": "internal_error", "message": message}, ensure_ascii=False), err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

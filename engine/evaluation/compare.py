@@ -117,4 +117,7 @@ def compare_paths(base: Path, new: Path, latency_floor_ms: float = 5.0) -> tuple
     missing = sorted(set(b.get("arms", {})) - set(n.get("arms", {})))
     if missing:
         warnings.append(f"arms missing from NEW (not compared): {missing}")
-    return compare(b, n, latency_floor_ms), warnings
+    try:
+        return compare(b, n, latency_floor_ms), warnings
+    except (KeyError, TypeError, AttributeError) as exc:  # a metrics.json of another shape
+        raise EvalError(f"cannot compare {base} with {new}: missing or malformed field {exc}") from None
