@@ -49,9 +49,18 @@ def check_experts(cfg: ConfigSet) -> ConfigSet:
         if errors:
             err = errors[0]
             path: list[Any] = ["experts", name, "settings", *err.absolute_path]
-            raise _error(file, path, f"{err.message} (settings of the {es.adapter} adapter)")
+            raise _error(file, path, f"{_reason(err)} (settings of the {es.adapter} adapter)")
         experts[name] = es if es.freshness is not None else replace(es, freshness=cls.default_freshness())
     return replace(cfg, experts=experts)
+
+
+def _reason(err: jsonschema.ValidationError) -> str:
+    """The validator's message, except where a schema idiom has a plainer way to say it."""
+    alternatives = err.schema.get("oneOf") if isinstance(err.schema, dict) else None
+    if err.validator == "oneOf" and alternatives and all(set(a) == {"required"} for a in alternatives):
+        keys = [k for a in alternatives for k in a["required"]]
+        return f"set exactly one of {', '.join(keys)}"
+    return str(err.message)
 
 
 def _error(file: Path, path: list[Any], message: str) -> SchemaError:

@@ -31,6 +31,7 @@ MCP_TOOLS = {"ok": "search", "missing": "search", "crash": "crash", "stall": "st
 
 
 class TestMcpContract(ExpertContract):
+    adapter = "mcp"
     marker = str(FAKE_MCP)
 
     def make(self, scenario: str, ws: Workspace, tmp_path: Path) -> Expert:
@@ -173,6 +174,8 @@ def free_port() -> int:
 
 
 class TestHttpContract(ExpertContract):
+    adapter = "http"
+
     @pytest.fixture(autouse=True)
     def _server(self, http_server: str) -> None:
         self.base = http_server
@@ -206,6 +209,7 @@ async def test_http_auth_header_comes_from_the_named_environment_variable(
 
 
 class TestCommandContract(ExpertContract):
+    adapter = "command"
     marker = str(FAKE_CLI)
 
     def make(self, scenario: str, ws: Workspace, tmp_path: Path) -> Expert:

@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -143,6 +144,11 @@ def expert_errors(expert: str) -> Iterator[None]:
     except (FileNotFoundError, PermissionError) as exc:
         raise ExpertUnavailable(f"{type(exc).__name__}: {exc}", expert=expert) from exc
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ExpertOutputError(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):  # locked, out of disk: not the data's fault
+            raise ExpertFailed(f"{type(exc).__name__}: {exc}", expert=expert) from exc
+        # a damaged index file reads as data of the wrong shape, as it does for tantivy and numpy
         raise ExpertOutputError(f"{type(exc).__name__}: {exc}", expert=expert) from exc
     except Exception as exc:  # noqa: BLE001 - anything else an adapter raises is an internal failure
         raise ExpertFailed(f"{type(exc).__name__}: {exc}", expert=expert) from exc
