@@ -1,0 +1,58 @@
+"""Every exit of the ``engine`` command is 0, 1 or 2, with a classified JSON error on stderr
+(engine/cli.py, docs/failures.md) — never a bare traceback for a user's mistake."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENGINE = [sys.executable, "-m", "engine.cli"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENGINE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args,code,error",
+    [
+        (["eval", "{tmp}/no-suite", "--arms", "router"], 2, "invalid_eval"),
+        (["eval", "{tmp}/suite", "--arms", "router"], 2, "invalid_eval"),  # a folder without qrels
+        (["eval", "compare", "{tmp}/nothing", "{tmp}/nothing"], 2, "invalid_eval"),
+        (["eval", "compare", "{tmp}/bad.json", "{tmp}/bad.json"], 2, "invalid_eval"),
+        (["index", "--workspace", "{tmp}/no-such-dir"], 2, "invalid_request"),
+        (["doctor", "--workspace", "{tmp}/no-such-dir"], 2, "invalid_request"),
+        (["validate", "--config-dir", "{tmp}"], 2, "invalid_config"),
+        (["schema", "nope"], 2, "invalid_config"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_classified_error(tmp_path: Path, args: list[str], code: int, error: str) -> None:
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "bad.json").write_text('["not", "metrics"]')
+    res = run(*(a.format(tmp=tmp_path) for a in args), cwd=tmp_path)
+    assert res.returncode == code, res.stderr
+    assert "Traceback" not in res.stderr
+    assert json.loads(res.stderr.strip().splitlines()[-1])["error"] == error
+
+
+def test_a_bug_is_internal_error_exit_1(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import engine.cli
+
+    def broken(_root: Path) -> None:
+        raise RuntimeError("a bug, not a user mistake")
+
+    monkeypatch.setattr(engine.cli, "load_config", broken)
+    monkeypatch.setattr(sys, "argv", ["engine", "validate", "--config-dir", "."])
+    with pytest.raises(SystemExit) as exit_:
+        engine.cli.main()
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert json.loads(err.strip().splitlines()[-1]) == {
+        "error": "internal_error",
+        "message": "RuntimeError: a bug, not a user mistake",
+    }
+    assert "Traceback" in err  # kept for the bug report
