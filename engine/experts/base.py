@@ -141,6 +141,8 @@ def expert_errors(expert: str) -> Iterator[None]:
         raise ExpertTimeout(f"timed out: {exc}", expert=expert) from exc
     except MissingDependency as exc:
         raise ExpertUnavailable(exc.message, expert=expert) from exc
+    except ModuleNotFoundError as exc:  # an optional package imported on first use
+        raise ExpertUnavailable(f"the package {exc.name!r} is not installed", expert=expert) from exc
     except (FileNotFoundError, PermissionError) as exc:
         raise ExpertUnavailable(f"{type(exc).__name__}: {exc}", expert=expert) from exc
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:

@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import ExpertTimeout, ExpertUnavailable
+from ..errors import ExpertTimeout
 from ..index.files import read_indexable
 from ..index.symbols import SymbolRow, SymbolStore, last_component
 from ..types import Evidence, Project, Query
@@ -68,10 +68,8 @@ class Target:
 
 
 def _jedi() -> Any:
-    try:
-        import jedi
-    except ImportError as exc:  # pragma: no cover - jedi is a runtime dependency
-        raise ExpertUnavailable("jedi is not installed: pip install jedi", expert="typed") from exc
+    import jedi  # on first use: a missing package is mapped to `unavailable` by expert_errors
+
     return jedi
 
 
