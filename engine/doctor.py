@@ -66,7 +66,7 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
                 if not inst.manifest_path.exists():
                     raise OSError(f"no index yet: run `engine index` ({inst.manifest_path.parent})")
                 return freshness(inst.manifest_path, ws.projects)
-            return spec.adapter
+            return f"{spec.adapter} ({', '.join(inst.capabilities()) or 'external'})"
 
         out.append(_check(f"expert {name}", expert_state))
     return out

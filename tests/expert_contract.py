@@ -24,12 +24,12 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import pytest
 
-from engine.errors import ExpertError, ExpertFailed, ExpertOutputError, ExpertUnavailable
+from engine.errors import ExpertFailed, ExpertOutputError, ExpertUnavailable
 from engine.experts.base import Expert, expert_errors
 from engine.experts.indexed import IndexedExpert
 from engine.types import Evidence, Project, Query
@@ -177,10 +177,6 @@ class ExpertContract:
         # Jinja syntax in the question is never evaluated: it reaches the tool verbatim (no match here)
         items = await self._run("ok", ws, tmp_path, question='find "{{ 7*7 }}" and "{% raw %}"')
         assert all("49" not in e.content for e in items)
-
-    @staticmethod
-    def classified(exc: BaseException) -> Any:
-        return exc.status if isinstance(exc, ExpertError) else type(exc).__name__
 
 
 def grounded_commit(e: Evidence, project: Project) -> bool:

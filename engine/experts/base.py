@@ -100,6 +100,17 @@ class Expert(ABC):
     def default_freshness(cls) -> str:
         return "index" if cls.needs_index else "live" if cls.live else "unknown"
 
+    @classmethod
+    def capabilities(cls) -> tuple[str, ...]:
+        """The declared capabilities, in words (``engine doctor`` shows them)."""
+        flags = {
+            "needs an index": cls.needs_index,
+            "live": cls.live,
+            "reads local files": cls.local_files,
+            "reads history": cls.reads_history,
+        }
+        return tuple(name for name, on in flags.items() if on)
+
     def __init__(self, spec: ExpertSpec, env: ExpertEnv) -> None:
         self.spec = spec
         self.env = env
