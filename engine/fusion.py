@@ -11,16 +11,17 @@ start line), so the same inputs always give the same output. Its steps, each a f
    to a cluster once, at its best rank in that cluster.
 3. :func:`file_prior` — prose docs (unless the question is a docs question) and test files are
    demoted by the priors.yaml ``fusion`` levers.
-4. :func:`cluster_to_item` — the representative evidence, sources, :func:`tier_and_nuance`.
-5. The per-file diversity cap and the limit, then :func:`confidence`.
+4. Rank the places, apply the per-file diversity cap and the limit; only the places kept become
+   items (:func:`cluster_to_item`: the :func:`representative` evidence, sources,
+   :func:`tier_and_nuance`). Then :func:`confidence`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .items import AnswerItem, Confidence, ScoredItem, Source, answer_item
+from .items import AnswerItem, Confidence, ScoredItem, Source, answer_item, item_id
 from .spec import FusionSpec
 from .types import PRECISION, Evidence
 from .workspace import is_doc_file, is_test_file
@@ -119,10 +120,8 @@ def file_prior(c: Cluster, klass: str | None, fusion: FusionSpec) -> float:
     return prior
 
 
-def cluster_to_item(
-    c: Cluster, weights: Mapping[str, float], k: int, classes: Mapping[str, str], snippet_chars: int, prior: float
-) -> AnswerItem:
-    # the representative is the single strongest contribution; ties → more precise range (shorter)
+def representative(c: Cluster, weights: Mapping[str, float], k: int) -> ScoredItem:
+    """The single strongest contribution to a cluster; ties → the more precise (shorter) range."""
     rep_expert = min(
         c.best,
         key=lambda ex: (
@@ -131,7 +130,19 @@ def cluster_to_item(
             ex,
         ),
     )
-    rep = c.best[rep_expert]
+    return c.best[rep_expert]
+
+
+def cluster_to_item(
+    c: Cluster,
+    weights: Mapping[str, float],
+    k: int,
+    classes: Mapping[str, str],
+    snippet_chars: int,
+    prior: float,
+    rank: int = 0,
+) -> AnswerItem:
+    rep = representative(c, weights, k)
     tier, nuance = tier_and_nuance(c, classes)
     by_rank = sorted(c.best.values(), key=lambda s: s.rank)
     symbol = rep.evidence.symbol or next((s.evidence.symbol for s in by_rank if s.evidence.symbol), None)
@@ -146,7 +157,7 @@ def cluster_to_item(
         sub["file_prior"] = prior
     return answer_item(
         rep.evidence,
-        rank=0,
+        rank=rank,
         score=round(c.score * prior, 6),
         subscores=sub,
         flags=sorted({f for s in c.best.values() for f in s.flags}),
@@ -193,18 +204,21 @@ def fuse(
     """
     clusters = cluster_items(scored)
     weighted_rrf(clusters, weights, k)
-    items = [
-        cluster_to_item(c, weights, k, classes, fusion.snippet_chars, file_prior(c, klass, fusion)) for c in clusters
-    ]
-    items.sort(key=lambda it: (-it.score, it.project, it.path, it.start_line))
+    # rank places before building items: only the kept ones become items (ids hash their content)
+    ranked = []
+    for c in clusters:
+        prior = file_prior(c, klass, fusion)
+        e = representative(c, weights, k).evidence
+        ranked.append(((-round(c.score * prior, 6), e.project, e.path, e.start_line), c, prior, e))
+    ranked.sort(key=lambda t: t[0])
     per_file: dict[tuple[str, str], int] = {}
     kept: list[AnswerItem] = []
-    for it in items:
-        key = (it.project, it.path if it.kind != "commit" else it.id)
+    for _, c, prior, e in ranked:
+        key = (e.project, e.path if e.kind != "commit" else item_id(e))
         if per_file.get(key, 0) >= fusion.per_file_cap:
             continue
         per_file[key] = per_file.get(key, 0) + 1
-        kept.append(replace(it, rank=len(kept) + 1))
+        kept.append(cluster_to_item(c, weights, k, classes, fusion.snippet_chars, prior, rank=len(kept) + 1))
         if len(kept) >= limit:
             break
     return Fused(tuple(kept), confidence(kept, weights, k, fusion.low_confidence_below))

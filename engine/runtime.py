@@ -147,36 +147,34 @@ class Router:
 
     def config(self) -> ConfigSet:
         """The current config; reloads when a file changed. A bad edit keeps the last good config."""
+        return self._current().config
+
+    def _current(self) -> _Loaded:
+        """The current config with every pipeline's graph, built and checked once per version."""
         stamp = self._stamp()
         if self._loaded is not None and self._loaded.stamp == stamp:
-            return self._loaded.config
+            return self._loaded
         try:
             cfg = load_config(self.config_dir)
-            for spec in cfg.pipelines.values():  # validate every graph before accepting the config
-                build_graph(spec, cfg)
+            graphs = {name: build_graph(spec, cfg) for name, spec in cfg.pipelines.items()}
         except SpecError as exc:
             if self._loaded is None:
                 raise
             log.error("config reload rejected, still serving config %s: %s", self._loaded.config.root, exc.message)
             self._loaded.stamp = stamp  # do not retry until the files change again
-            return self._loaded.config
-        self._loaded = _Loaded(cfg, stamp)
+            return self._loaded
+        self._loaded = _Loaded(cfg, stamp, graphs)
         self.pool.sync(cfg)
-        return cfg
+        return self._loaded
 
     def graph(self, spec: PipelineSpec) -> PipelineGraph:
-        self.config()
-        assert self._loaded is not None
-        if spec.name not in self._loaded.graphs:
-            self._loaded.graphs[spec.name] = build_graph(spec, self._loaded.config)
-        return self._loaded.graphs[spec.name]
-
-    def _graph_named(self, name: str) -> PipelineGraph:
-        """The scheduler's loader for pipelines a node asks it to run (``dispatch``)."""
-        return self.graph(self.config().pipelines[name])
+        return self._current().graphs[spec.name]
 
     def resolve_pipeline(self, pipeline: str | Path) -> PipelineSpec:
-        cfg = self.config()
+        return self._resolve(self.config(), pipeline)
+
+    @staticmethod
+    def _resolve(cfg: ConfigSet, pipeline: str | Path) -> PipelineSpec:
         if isinstance(pipeline, str) and pipeline in cfg.pipelines:
             return cfg.pipelines[pipeline]
         path = Path(pipeline)
@@ -242,8 +240,9 @@ class Router:
     async def run(self, pipeline: str | Path, request: Request | dict[str, Any]) -> RunResult:
         created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         started = self.clock()
-        spec = self.resolve_pipeline(pipeline)
-        cfg = self.config()
+        loaded = self._current()  # one config version for the whole run, sub-pipelines included
+        cfg = loaded.config
+        spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
         version = cfg.config_version(spec, rules_fingerprint())
         try:
@@ -264,7 +263,7 @@ class Router:
             started=started,
             created_at=created_at,
         )
-        await run_graph(self.graph(spec), state, self._graph_named)
+        await run_graph(loaded.graphs[spec.name], state, loaded.graphs.__getitem__)
         if state.receipt is None:  # a pipeline without a receipt node still gets one: no unlogged path
             write_receipt(state)
         return self._finish(state)
