@@ -14,7 +14,6 @@ from typing import Any
 
 from .. import __version__
 from ..errors import EngineError, ReceiptError
-from ..receipts import sign
 from .base import Node, RunState, node_kind
 
 
@@ -60,21 +59,7 @@ def write_receipt(state: RunState) -> None:
     if state.receipt is not None:
         return
     try:
-        receipt = sign(build_receipt(state), state.services.signing_key())
-        state.services.store.append(
-            "receipts",
-            {
-                "receipt_id": receipt["receipt_id"],
-                "created_at": receipt["created_at"],
-                "pipeline": receipt["pipeline"],
-                "config_version": receipt["config_version"],
-                "request_hash": receipt["request_hash"],
-                "class": receipt["classifier"]["class"],
-                "result_count": receipt["result_count"],
-                "status": receipt["status"],
-                "body": receipt,
-            },
-        )
+        receipt = state.services.receipt_log.append(build_receipt(state))  # sign + chain + durable store
     except EngineError:
         raise
     except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request
