@@ -231,6 +231,9 @@ def run_eval(opts: EvalOptions) -> EvalRun:
     cfg = load_config(config_dir)
     arms = build_arms(list(opts.arms) if opts.arms else default_arms(cfg), config_dir, home)
     store = open_store(home / "store")
+    # the eval store is the eval's own: an eval home from before it had a key of its own (receipts
+    # were signed by each snapshot's key) gets one here instead of failing on "missing key"
+    KeyRing(home / "store").signing_key(fresh=True)
     run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store)
     classes = report_classes(suite, config_dir)
     limit = request_limit(config_dir)

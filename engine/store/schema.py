@@ -70,9 +70,10 @@ JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids"})
 NEWEST_WINS = {"cache": "created_at", "bandit_state": "updated_at"}
 
 
-def insert_sql(table: str) -> str:
+def insert_sql(table: str, rows: int = 1) -> str:
     key, cols = TABLES[table]
-    head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    one = f"({', '.join('?' for _ in cols)})"
+    head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join(one for _ in range(rows))}"
     if table not in NEWEST_WINS:
         return head + " ON CONFLICT DO NOTHING"  # the first copy of a record wins: re-ingest is harmless
     ts = NEWEST_WINS[table]
