@@ -73,7 +73,7 @@ def _logged(store: Store, problems: dict[str, list[str]]) -> dict[str, dict[str,
     return out
 
 
-def _check_copy(rid: str, s: StoredReceipt | None, logged: dict[str, Any] | None, pinned: Collection[str]) -> list[str]:
+def _check_copy(s: StoredReceipt | None, logged: dict[str, Any] | None, pinned: Collection[str]) -> list[str]:
     found: list[str] = []
     if s is not None:
         if s.body is None:
@@ -128,15 +128,19 @@ def audit(store: Store, pinned: Collection[str], receipt_id: str | None = None) 
     """Verify the whole log (or one receipt and its chain up to it) against ``pinned`` public keys."""
     report = AuditReport(pinned_keys=len(pinned))
     problems: dict[str, list[str]] = {}
-    stored = _stored(store, report)
+    # the log first, then the store (which ingests it): a receipt written meanwhile by a live
+    # process shows up in the store only, so the log is read once more for those
     logged = _logged(store, problems)
+    stored = _stored(store, report)
+    if set(stored) - set(logged):
+        logged = _logged(store, problems := {})
     ids = sorted(set(stored) | set(logged))
     if receipt_id is not None:
         ids = [i for i in ids if i == receipt_id]
         report.not_found = not ids
     for rid in ids:
         s, lg = stored.get(rid), logged.get(rid)
-        found = problems.get(rid, []) + _check_copy(rid, s, lg, pinned)
+        found = problems.get(rid, []) + _check_copy(s, lg, pinned)
         if s is None and report.store == "ok":
             found.append("missing from the store (deleted?): `engine store repair` restores it from the log")
         if lg is None:
@@ -144,7 +148,7 @@ def audit(store: Store, pinned: Collection[str], receipt_id: str | None = None) 
         if found:
             report.invalid.append({"receipt_id": rid, "problems": found})
     report.checked = len(ids)
-    copies = {rid: lg for rid, lg in logged.items()}
+    copies = dict(logged)
     for rid, s in stored.items():
         if rid not in copies and s.body is not None:
             copies[rid] = s.body

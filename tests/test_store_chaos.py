@@ -140,3 +140,50 @@ def test_kill_9_during_runs_and_ingestion_loses_no_answered_receipt(tmp_path: Pa
     assert report.ok, report.to_dict()
     assert report.breaks == [] and SLOTS <= report.chains <= sum(s.starts for s in slots)
     assert store.health().ok
+
+
+STALLED_WRITER = r"""
+import sys, time
+from pathlib import Path
+import duckdb
+from engine.store import DuckDBStore
+store = DuckDBStore(Path(sys.argv[1]))
+with store._locked(True, 10.0):                       # the store lock, as an ingest holds it …
+    con = duckdb.connect(str(store.db_path))          # … with DuckDB's own writer lock as well
+    print("holding", flush=True)
+    time.sleep(600)                                   # then it stalls (SIGSTOP'ed below)
+"""
+
+
+def test_a_stalled_store_writer_costs_no_answer_and_loses_nothing(tmp_path: Path, config_dir: Path) -> None:
+    import anyio
+
+    from engine.runtime import Router
+    from engine.workspace import Workspace
+
+    ws = make_repo(tmp_path / "repo", {"a.py": "needle = 1\n"})
+    data = ws / ".engine"
+    router = Router(config_dir, Workspace.open([ws]))
+    first = anyio.run(router.run, "identifier", {"question": '"needle" warm'})  # creates the store
+    router.flush()
+    holder = subprocess.Popen([sys.executable, "-c", STALLED_WRITER, str(data)], stdout=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"holding"
+        holder.send_signal(signal.SIGSTOP)
+        answered = [first.response["receipt"]["receipt_id"]]
+        for i in range(5):
+            t0 = time.perf_counter()
+            r = anyio.run(router.run, "identifier", {"question": f'"needle" stalled {i}'})  # cache on: a miss
+            assert r.error is None and r.response["items"]
+            router.flush(timeout_s=0.1)  # ingest gives up quickly; the receipt waits in the spool
+            assert time.perf_counter() - t0 < 5.0
+            answered.append(r.response["receipt"]["receipt_id"])
+        assert DuckDBStore(data).health().state == "busy"  # what doctor reports
+    finally:
+        holder.send_signal(signal.SIGKILL)  # the stalled writer dies holding both locks
+        holder.wait()
+    anyio.run(router.aclose)
+    store = DuckDBStore(data)
+    store.sync()
+    assert {r.receipt_id for r in store.list_receipts(ReceiptQuery(limit=None))} == set(answered)
+    assert audit(store, [p.public_key for p in KeyRing(data).pinned()]).ok

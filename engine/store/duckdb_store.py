@@ -108,7 +108,11 @@ class DuckDBStore:
     def holds_data(self) -> bool:
         if self.db_path.exists() or segment_files(self.log_dir):
             return True
-        return any(f.stat().st_size > 0 for f in spool_files(self.spool_dir) if f.exists())
+        for f in spool_files(self.spool_dir):
+            with contextlib.suppress(FileNotFoundError):  # compacted while we looked
+                if f.stat().st_size > 0:
+                    return True
+        return False
 
     # ------------------------------------------------------------------ locking and connections
     @contextlib.contextmanager
@@ -214,7 +218,11 @@ class DuckDBStore:
                 yield StoredReceipt(columns, None, f"stored body is not JSON: {exc}")
 
     def logged_receipts(self) -> Iterator[dict[str, Any]]:
-        return ingest.logged_receipts(self.spool_dir, self.log_dir)
+        # a shared lock: compaction (exclusive) must not move spools into a segment mid-read
+        with self._locked(False, 30.0) as got:
+            if not got:
+                raise StoreError("the store is busy", fix="another engine process holds store.lock", state="busy")
+            yield from ingest.logged_receipts(self.spool_dir, self.log_dir)
 
     def list_events(self, query: EventQuery = EventQuery()) -> list[BenchmarkEvent]:
         where, params = event_where(query)
@@ -302,10 +310,12 @@ class DuckDBStore:
         files += [self.log_dir, *segment_files(self.log_dir)]
         unsafe = mode_problems([f for f in files if f.exists()])
         try:
-            self.sync(timeout_s=5.0)
-            with self._locked(False, 2.0) as got:
+            self.sync(timeout_s=2.0)
+            with self._locked(False, 0.5) as got:
                 if not got:
-                    return StoreHealth(False, "busy", "store.lock is held by another process", "wait, or stop it")
+                    return StoreHealth(
+                        False, "busy", "store.lock is held by another engine process", "wait for it, or stop it"
+                    )
                 if not self.db_path.exists():
                     return StoreHealth(True, "fresh", "nothing stored yet")
                 con = self._connect(read_only=True)
