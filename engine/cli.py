@@ -19,51 +19,26 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import anyio
 import typer
 from typer.core import TyperGroup
 
-if TYPE_CHECKING:
-    from .store import Store
-
+from .cli_options import ConfigDirOpt, FormatOpt, WorkspaceOpt, fail, open_workspace
+from .cli_store import keys_app, receipts_app, store_app
 from .config import load_config
 from .errors import EngineError, SpecError
 from .render import render
 from .spec import config_dir_for, load_schema
-from .workspace import Workspace
+
+_fail, _workspace = fail, open_workspace
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Search router: one question in, fused provenanced evidence and a signed receipt out.",
 )
-receipts_app = typer.Typer(no_args_is_help=True, help="List, show and verify stored receipts.")
-app.add_typer(receipts_app, name="receipts")
-
-WorkspaceOpt = Annotated[
-    list[Path] | None,
-    typer.Option("--workspace", "-w", help="Workspace folder (repeatable). Default: current directory."),
-]
-ConfigDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config-dir",
-        help="Folder holding experts.yaml, priors.yaml and pipelines/ "
-        "(default: beside the pipeline file's pipelines/ folder).",
-    ),
-]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="json | markdown | toon")]
-
-
-def _fail(exc: EngineError) -> None:
-    typer.echo(json.dumps(exc.to_dict(), ensure_ascii=False), err=True)
-    raise typer.Exit(exc.exit_code)
-
-
-def _workspace(workspace: list[Path] | None) -> Workspace:
-    return Workspace.open(workspace or [Path.cwd()])
 
 
 def _default_config_dir() -> Path:
@@ -306,52 +281,6 @@ def tune(
         )
 
 
-def _store(workspace: list[Path] | None) -> Store:  # noqa: ANN202 - avoids importing duckdb for every command
-    from .store import Store
-
-    return Store(_workspace(workspace).data_dir)
-
-
-@receipts_app.command("list")
-def receipts_list(workspace: WorkspaceOpt = None, limit: int = 20, fmt: FormatOpt = "text") -> None:
-    """Newest receipts first."""
-    rows = _store(workspace).query(
-        "SELECT receipt_id, created_at, pipeline, class, status, result_count FROM receipts "
-        "ORDER BY created_at DESC, receipt_id LIMIT ?",
-        [limit],
-    )
-    if fmt == "json":
-        keys = ("receipt_id", "created_at", "pipeline", "class", "status", "result_count")
-        typer.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
-        return
-    for r in rows:
-        typer.echo(f"{r[0]}  {r[1]}  {r[2]:<28} {r[3]!s:<18} {r[4]:<16} {r[5]}")
-
-
-@receipts_app.command("show")
-def receipts_show(receipt_id: str, workspace: WorkspaceOpt = None) -> None:
-    """Print one receipt as JSON."""
-    rows = _store(workspace).query("SELECT body FROM receipts WHERE receipt_id = ?", [receipt_id])
-    if not rows:
-        typer.echo(json.dumps({"error": "not_found", "receipt_id": receipt_id}), err=True)
-        raise typer.Exit(1)
-    typer.echo(json.dumps(json.loads(rows[0][0]), indent=2, ensure_ascii=False))
-
-
-@receipts_app.command("verify")
-def receipts_verify(workspace: WorkspaceOpt = None, receipt_id: Annotated[str | None, typer.Argument()] = None) -> None:
-    """Recompute every stored receipt's signature (or one). Exit 1 if any fails."""
-    from .receipts import verify
-
-    sql, params = "SELECT receipt_id, body FROM receipts", []
-    if receipt_id:
-        sql, params = sql + " WHERE receipt_id = ?", [receipt_id]
-    rows = _store(workspace).query(sql, params)
-    bad = [rid for rid, body in rows if not verify(json.loads(body))]
-    typer.echo(json.dumps({"checked": len(rows), "valid": len(rows) - len(bad), "invalid": bad}))
-    raise typer.Exit(1 if bad or (receipt_id and not rows) else 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # engine eval SUITE | engine eval compare BASE NEW | engine bench   (work happens in engine/evaluation)
 
@@ -516,6 +445,11 @@ def bench(
         _fail(exc)
         return
     typer.echo(json.dumps(result, indent=1) if fmt == "json" else bench_table(result))
+
+
+app.add_typer(receipts_app, name="receipts")
+app.add_typer(keys_app, name="keys")
+app.add_typer(store_app, name="store")
 
 
 def main() -> None:

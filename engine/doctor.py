@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from .config import load_config
+from .datadir import mode_problems
 from .errors import EngineError
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
 from .graph import build_graph
 from .index.build import freshness
-from .receipts import load_or_create_key
-from .store import Store
+from .keys import INIT_FIX, KeyRing
+from .store import open_store
 from .workspace import Workspace, rg_binary
 
 
@@ -25,6 +26,34 @@ def _check(name: str, fn: Any) -> dict[str, Any]:
         return {"check": name, "ok": True, "detail": detail}
     except (EngineError, OSError, subprocess.SubprocessError, ValueError) as exc:
         return {"check": name, "ok": False, "detail": str(exc)}
+
+
+def store_checks(data_dir: Path) -> list[dict[str, Any]]:
+    """The signing key and the store, read-only: doctor never creates a key or repairs a store."""
+    store = open_store(data_dir)
+    keys = KeyRing(data_dir)
+    out = []
+    try:
+        key = keys.load()
+        if key is None and store.holds_data():
+            detail, ok = f"missing ({keys.key_path}) but receipts exist; fix: {INIT_FIX}", False
+        elif key is None:
+            detail, ok = "none yet: created on first use", True
+        else:
+            unsafe = mode_problems([keys.key_path])
+            detail = f"{key.verify_key.encode().hex()}, {len(keys.pinned()) - 1} retired/trusted key(s) pinned"
+            ok = not unsafe
+            if unsafe:
+                detail = f"{unsafe[0]}; fix: chmod 600 {keys.key_path}"
+    except EngineError as exc:
+        detail, ok = exc.message, False
+    out.append({"check": "signing key", "ok": ok, "detail": detail})
+    health = store.health()
+    detail = health.detail + (f"; fix: {health.fix}" if health.fix and health.fix not in health.detail else "")
+    if health.pending_bytes:
+        detail += f" ({health.pending_bytes} bytes of spool not yet ingested)"
+    out.append({"check": "store", "ok": health.ok, "detail": detail})
+    return out
 
 
 def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
@@ -44,8 +73,7 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
                 or (_ for _ in ()).throw(OSError(f"cannot write {ws.data_dir}"))
             ),
         ),
-        _check("signing key", lambda: load_or_create_key(ws.data_dir).verify_key.encode().hex()),
-        _check("store", lambda: f"{Store(ws.data_dir).query('SELECT count(*) FROM receipts')[0][0]} receipts"),
+        *store_checks(ws.data_dir),
     ]
     cfg_check = _check("config", lambda: load_config(config_dir))
     out.append({**cfg_check, "detail": str(config_dir) if cfg_check["ok"] else cfg_check["detail"]})

@@ -18,6 +18,9 @@ Split by phase, so surfaces (CLI, MCP, eval) can react to the class alone::
     │   └── ExpertFailed            "internal"      (crash, non-zero exit)
     ├── GateError               zero experts selected (`zero_expert_gate`)   (CLI exit 1)
     ├── ReceiptError            a receipt could not be signed or stored      (CLI exit 1)
+    ├── StoreError              the store cannot be read or written: damaged, busy, unsafe
+    │   │                       files (`store_error`; the fix is in the message)  (CLI exit 1)
+    │   └── NotFound                a record named by the caller does not exist (`not_found`)
     └── NodeError               a node raised unexpectedly                   (CLI exit 1)
 
 Every error has a stable ``code`` (the classified name reported to callers) and a
@@ -124,6 +127,21 @@ class GateError(EngineError):
 
 class ReceiptError(EngineError):
     code = "receipt_error"
+
+
+class StoreError(EngineError):
+    """The store (engine/store) failed. Never costs an answer: receipts are durable in the spool
+    before the store is touched, so surfaces report this after the answer (``engine doctor``)."""
+
+    code = "store_error"
+
+    def __init__(self, message: str, *, fix: str | None = None, **context: Any) -> None:
+        super().__init__(message + (f"; fix: {fix}" if fix else ""), fix=fix, **context)
+        self.fix = fix
+
+
+class NotFound(StoreError):
+    code = "not_found"
 
 
 class NodeError(EngineError):

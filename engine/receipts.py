@@ -1,8 +1,8 @@
-"""Ed25519-signed receipts (DESIGN §5).
+"""Ed25519-signed, hash-chained receipts (DESIGN §5, docs/adr/0007-receipt-chain-and-log.md).
 
 ``signature`` = Ed25519 over the UTF-8 bytes of the canonical JSON of the receipt without its
 ``signature`` field (keys sorted, no insignificant whitespace, ``ensure_ascii=False``);
-``public_key`` is the hex verify key, so anyone can verify with pynacl alone::
+``public_key`` is the hex verify key. Anyone can verify with pynacl alone::
 
     from nacl.signing import VerifyKey
     body = {k: v for k, v in receipt.items() if k != "signature"}
@@ -10,49 +10,37 @@
         json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
         bytes.fromhex(receipt["signature"]))
 
-The signing key is created on first use in the data dir with mode 0600.
+and must then check that ``public_key`` is one they trust (``engine keys list`` prints the data
+dir's pinned keys): a signature proves only who signed, so a verifier never trusts the key a
+receipt names by itself.
+
+Each receipt also carries, inside the signed body, its place in its writer's chain::
+
+    "chain": {"writer": "<32 hex: one per process and log>", "seq": 0, 1, 2…,
+              "prev": null for seq 0, else sha256 hex of the predecessor's canonical JSON
+                      *with* its signature}
+
+so deleting, reordering or replacing a receipt breaks the chain of its writer
+(``prev == hashlib.sha256(canonical(predecessor)).hexdigest()``, canonical as above with the
+signature included). :class:`ReceiptLog` is the one way receipts are made: sign, chain and
+store in one atomic step per process.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
+import secrets
+import threading
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from .errors import ReceiptError
-from .types import canonical_json
-
-KEY_FILE = "signing_key.ed25519"
-
-
-def load_or_create_key(data_dir: Path) -> SigningKey:
-    path = data_dir / KEY_FILE
-    try:
-        return SigningKey(bytes.fromhex(path.read_text().strip()))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as exc:
-        raise ReceiptError(f"signing key {path} is unreadable: {exc}") from exc
-    data_dir.mkdir(parents=True, exist_ok=True)
-    key = SigningKey.generate()
-    try:  # O_EXCL: when two processes race to create it, one wins and the other reads it back
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        for _ in range(100):
-            text = path.read_text().strip()
-            if len(text) == 64:
-                return SigningKey(bytes.fromhex(text))
-            time.sleep(0.01)
-        raise ReceiptError(f"signing key {path} is incomplete") from None
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key.encode().hex())
-        fh.flush()
-        os.fsync(fh.fileno())
-    return key
+from .errors import ReceiptError, StoreError
+from .keys import KeyRing
+from .store import Store
+from .types import canonical_json, sha256_hex
 
 
 def portable(value: Any) -> Any:
@@ -69,11 +57,16 @@ def portable(value: Any) -> Any:
     return value
 
 
-def signing_bytes(receipt: dict[str, Any]) -> bytes:
+def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
     return canonical_json({k: v for k, v in receipt.items() if k != "signature"}).encode("utf-8")
 
 
-def sign(receipt: dict[str, Any], key: SigningKey) -> dict[str, Any]:
+def receipt_hash(receipt: Mapping[str, Any]) -> str:
+    """What the next receipt in the chain names as ``prev``: sha256 of the canonical JSON, signature included."""
+    return sha256_hex(canonical_json(dict(receipt)))
+
+
+def sign(receipt: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
     """Return the receipt with ``public_key`` and ``signature`` set."""
     body: dict[str, Any] = portable({k: v for k, v in receipt.items() if k != "signature"})
     body["public_key"] = key.verify_key.encode().hex()
@@ -81,12 +74,74 @@ def sign(receipt: dict[str, Any], key: SigningKey) -> dict[str, Any]:
     return body
 
 
-def verify(receipt: dict[str, Any]) -> bool:
-    """True when the receipt's signature verifies under its own public key."""
+def verify(receipt: Mapping[str, Any]) -> bool:
+    """True when the signature verifies under the key the receipt names (integrity only: pair it
+    with :func:`verify_pinned` to know who signed)."""
+    return verify_pinned(receipt, [str(receipt.get("public_key"))]) is None
+
+
+def verify_pinned(receipt: Mapping[str, Any], pinned: Collection[str]) -> str | None:
+    """None when ``receipt`` is signed by one of the ``pinned`` public keys; else why not."""
+    key = receipt.get("public_key")
+    if not isinstance(key, str) or key not in pinned:
+        return f"signed by a key that is not pinned ({str(key)[:16]}…)"
     try:
-        VerifyKey(bytes.fromhex(receipt["public_key"])).verify(
-            signing_bytes(receipt), bytes.fromhex(receipt["signature"])
-        )
-        return True
-    except (KeyError, ValueError, TypeError, BadSignatureError):
-        return False
+        VerifyKey(bytes.fromhex(key)).verify(signing_bytes(receipt), bytes.fromhex(str(receipt.get("signature"))))
+    except (ValueError, TypeError, BadSignatureError):
+        return "signature does not verify"
+    return None
+
+
+class ReceiptLog:
+    """Signs, chains and durably stores receipts: :meth:`append` is the only way one is made.
+
+    One chain per log instance and process (a forked child starts its own). The lock makes
+    sign + chain + store one step for concurrent requests of one server; a receipt that could
+    not be stored does not advance the chain, so the chain has no hole for a failed request.
+    """
+
+    def __init__(self, store: Store, keys: KeyRing) -> None:
+        self.store = store
+        self.keys = keys
+        self._lock = threading.Lock()
+        self._key: SigningKey | None = None
+        self._pid = -1
+        self._writer = ""
+        self._seq = 0
+        self._prev: str | None = None
+
+    def signing_key(self) -> SigningKey:
+        """The key this log signs with (loaded once; created only in a fresh data dir).
+
+        Raises:
+            ReceiptError: the key is missing while receipts exist, or unreadable.
+        """
+        if self._key is None:
+            key = self.keys.load()
+            if key is None:
+                # checked after the first load: a process that created the key wrote it before any
+                # receipt, so if receipts are visible now, so is its key
+                fresh = not self.store.holds_data()
+                key = self.keys.signing_key(fresh=fresh)
+            self._key = key
+        return self._key
+
+    def append(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Chain, sign and durably store one receipt body; return the signed receipt.
+
+        Raises:
+            ReceiptError: no usable key, or the receipt could not be made durable.
+        """
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._writer, self._seq, self._prev = os.getpid(), secrets.token_hex(16), 0, None
+            unsigned = {k: v for k, v in body.items() if k not in ("signature", "public_key")}
+            unsigned["chain"] = {"writer": self._writer, "seq": self._seq, "prev": self._prev}
+            receipt = sign(unsigned, self.signing_key())
+            try:
+                self.store.put_receipt(receipt)
+            except StoreError as exc:
+                raise ReceiptError(f"receipt could not be stored: {exc.message}") from exc
+            self._seq += 1
+            self._prev = receipt_hash(receipt)
+            return receipt

@@ -4,9 +4,10 @@ A Router owns the config (hot-reloaded: the files' mtimes are checked on every r
 is reported and the last good config keeps serving), the expert pool, the store and the
 signing key. It hands each run to the scheduler and is, to the nodes, the
 :class:`~engine.nodes.base.Services` they may ask for (an expert, the answer cache, the clock,
-signing and storing the receipt) — the only place nodes reach the store. Work that can happen
-after the answer (benchmark events, cache rows, DuckDB ingestion) is queued and done by
-:meth:`Router.flush`, which surfaces call once the answer is out.
+signing, chaining and storing the receipt through the receipt log) — the only place nodes reach
+the store. Work that can happen after the answer (benchmark events, cache rows, DuckDB
+ingestion) is queued and done by :meth:`Router.flush`, which surfaces call once the answer is
+out; a damaged store is logged there, never raised (the receipt is already durable in the spool).
 
 Every request gets a receipt: a request that fails validation (empty, wrong types, undecodable
 text) is answered with ``invalid_request`` and a receipt whose request is the escaped input.
@@ -15,6 +16,7 @@ text) is answered with ``invalid_request`` and a receipt whose request is the es
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -24,21 +26,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nacl.signing import SigningKey
-
 from .config import load_config
-from .errors import EngineError, InvalidRequest, ReceiptError, SpecError
+from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv, adapter_class
 from .graph import PipelineGraph, build_graph
 from .index.build import read_head
 from .items import CachedAnswer
+from .keys import KeyRing
 from .nodes.base import RunState
 from .nodes.classify import rules_fingerprint
 from .nodes.receipt import write_receipt
-from .receipts import load_or_create_key, sign
+from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .spec import ConfigSet, ExpertSpec, PipelineSpec, escape_undecodable, parse_request
-from .store import Store
+from .store import BenchmarkEvent, CacheEntry, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, normalize_scope_path
 
@@ -114,21 +115,27 @@ class _Loaded:
 
 class Router:
     def __init__(
-        self, config_dir: Path, workspace: Workspace, *, arm: str = "router", store: Store | None = None
+        self,
+        config_dir: Path,
+        workspace: Workspace,
+        *,
+        arm: str = "router",
+        store: Store | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         """``arm`` labels this router's benchmark events (eval runs one Router per arm); ``store``
-        lets several routers (one per eval snapshot) share one store."""
+        and ``keys`` let several routers (one per eval snapshot) share one store and its key."""
         self.config_dir = config_dir.resolve()
         self.workspace = workspace
         self.arm = arm
-        self.store = store if store is not None else Store(workspace.data_dir)
+        self.store = store if store is not None else open_store(workspace.data_dir)
+        self.receipt_log = ReceiptLog(self.store, keys if keys is not None else KeyRing(workspace.data_dir))
         self.pool = ExpertPool(ExpertEnv(workspace))
-        self._key: SigningKey | None = None
         self._loaded: _Loaded | None = None
-        self._after: list[tuple[str, dict[str, Any], bool]] = []
+        self._after: list[BenchmarkEvent | CacheEntry] = []
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
-        self._memo: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._memo: dict[str, tuple[float, CacheEntry]] = {}
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int], ...]:
@@ -189,34 +196,14 @@ class Router:
     def expert(self, name: str) -> Expert:
         return self.pool.get(name)
 
-    def signing_key(self) -> SigningKey:
-        if self._key is None:
-            self._key = load_or_create_key(self.workspace.data_dir)
-        return self._key
-
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
-        """Sign and durably store one receipt body: the one place a receipt reaches the store."""
+        """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
         try:
-            signed = sign(receipt, self.signing_key())
-            self.store.append(
-                "receipts",
-                {
-                    "receipt_id": signed["receipt_id"],
-                    "created_at": signed["created_at"],
-                    "pipeline": signed["pipeline"],
-                    "config_version": signed["config_version"],
-                    "request_hash": signed["request_hash"],
-                    "class": signed["classifier"]["class"],
-                    "result_count": signed["result_count"],
-                    "status": signed["status"],
-                    "body": signed,
-                },
-            )
+            return self.receipt_log.append(receipt)
         except EngineError:
             raise
         except Exception as exc:  # noqa: BLE001 - any signing/storage failure fails the request
             raise ReceiptError(f"receipt could not be signed and stored: {type(exc).__name__}: {exc}") from exc
-        return signed
 
     def cache_key(self, request: Request, config_version: str) -> str:
         heads = [read_head(p.root) for p in self.workspace.projects if p.is_git]
@@ -228,11 +215,15 @@ class Router:
         return sha256_hex(canonical_json([config_version, request.hash(), self.workspace.key(), heads, manifests]))
 
     def cached_answer(self, key: str) -> CachedAnswer | None:
-        hit = self._memo_get(key) or self.store.lookup_cache(key)
+        try:
+            hit = self._memo_get(key) or self.store.cache_get(key)
+        except StoreError as exc:  # a damaged store is a cache miss, never a lost answer
+            log.warning("store: %s", exc.message)
+            return None
         if hit is None:
             return None
         try:
-            return CachedAnswer.from_dict(hit["response"])
+            return CachedAnswer.from_dict(hit.response)
         except (KeyError, TypeError, ValueError):  # a row of another shape is a miss, never a crash
             return None
 
@@ -319,48 +310,33 @@ class Router:
         c = state.classification
         for name, o in sorted(state.outcomes.items()):
             self._after.append(
-                (
-                    "tool_benchmark_events",
-                    {
-                        "event_id": f"{receipt.get('receipt_id')}:{name}",
-                        "run_id": receipt.get("receipt_id"),
-                        "expert_id": name,
-                        "arm": self.arm,
-                        "task_class": c.klass if c else None,
-                        "question_hash": state.request.hash(),
-                        "latency_ms": round(o.latency_ms, 3),
-                        "result_count": len(o.items),
-                        "precision_class": o.precision_class,
-                        "status": o.status,
-                        "hit": None,
-                        "config_version": state.config_version,
-                        "created_at": receipt.get("created_at"),
-                    },
-                    False,
+                BenchmarkEvent(
+                    event_id=f"{receipt.get('receipt_id')}:{name}",
+                    run_id=str(receipt.get("receipt_id")),
+                    expert_id=name,
+                    arm=self.arm,
+                    task_class=c.klass if c else None,
+                    question_hash=state.request.hash(),
+                    latency_ms=round(o.latency_ms, 3),
+                    result_count=len(o.items),
+                    precision_class=o.precision_class,
+                    status=o.status,
+                    config_version=state.config_version,
+                    created_at=str(receipt.get("created_at")),
                 )
             )
         key = state.cache.get("key")
         if key and not state.cache.get("hit") and state.error is None:
             cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence).to_dict()
-            expires = time.time() + CACHE_TTL_S
-            self._memo[key] = (expires, {"response": cached, "negative": not response["items"]})
+            entry = CacheEntry(
+                key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S
+            )
+            self._memo[key] = (entry.expires_at, entry)
             while len(self._memo) > MEMO_SIZE:
                 self._memo.pop(next(iter(self._memo)))
-            self._after.append(
-                (
-                    "cache",
-                    {
-                        "cache_key": key,
-                        "created_at": receipt.get("created_at"),
-                        "expires_at": expires,
-                        "negative": not response["items"],
-                        "response": cached,
-                    },
-                    False,
-                )
-            )
+            self._after.append(entry)
 
-    def _memo_get(self, key: str) -> dict[str, Any] | None:
+    def _memo_get(self, key: str) -> CacheEntry | None:
         entry = self._memo.get(key)
         if entry is None or entry[0] <= time.time():
             return None
@@ -370,18 +346,28 @@ class Router:
         """Mark one run's queued benchmark events with whether each expert returned relevant
         evidence. Only a caller that knows relevance (``engine eval``) can say; unlabelled = null."""
         with self._after_lock:
-            for table, row, _ in self._after:
-                if table == "tool_benchmark_events" and row["run_id"] == run_id and row["expert_id"] in hits:
-                    row["hit"] = hits[row["expert_id"]]
+            self._after = [
+                dataclasses.replace(e, hit=hits[e.expert_id])
+                if isinstance(e, BenchmarkEvent) and e.run_id == run_id and e.expert_id in hits
+                else e
+                for e in self._after
+            ]
 
     def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
-        """Off-the-hot-path work: spool events and cache rows, then move the spool into DuckDB."""
+        """Off-the-hot-path work: record events and cache rows, then let the store ingest them.
+        A damaged store is logged, never raised: the answer is out and its receipt is durable in
+        the spool (``engine doctor`` says how to repair)."""
         with self._after_lock:
             pending, self._after = self._after, []
-        for table, row, durable in pending:
-            self.store.append(table, row, durable=durable)
-        if ingest:
-            self.store.ingest(timeout_s=timeout_s)
+        try:
+            self.store.record_events(e for e in pending if isinstance(e, BenchmarkEvent))
+            for entry in pending:
+                if isinstance(entry, CacheEntry):
+                    self.store.cache_put(entry)
+            if ingest:
+                self.store.sync(timeout_s=timeout_s)
+        except StoreError as exc:
+            log.warning("store: %s", exc.message)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

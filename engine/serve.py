@@ -29,18 +29,18 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from . import __version__
-from .errors import EngineError, SpecError
+from .errors import EngineError, SpecError, StoreError
 from .mcp_server import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
 from .render import render
 from .runtime import Router
 from .spec import load_schema
+from .store import Feedback
 from .workspace import Workspace
 
 log = logging.getLogger("engine.serve")
@@ -204,37 +204,38 @@ class RouterTools:
         rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
         if not isinstance(rid, str) or not rid or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             return _error("invalid_request", "receipt_id (string) and useful_item_ids (list of strings) are required")
-        if not await self._receipt_body(rid):
-            return _error("not_found", f"no receipt {rid!r}")
-        row = {
-            "feedback_id": uuid.uuid4().hex,
-            "receipt_id": rid,
-            "useful_item_ids": ids,
-            "note": str(args.get("note") or "")[:4000],
-            "session_id": args.get("session_id"),
-            "created_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        }
-        await anyio.to_thread.run_sync(lambda: self.router.store.append("feedback", row))
+        session = args.get("session_id")
+        fb = Feedback(
+            feedback_id=uuid.uuid4().hex,
+            receipt_id=rid,
+            useful_item_ids=tuple(ids),
+            note=str(args.get("note") or "")[:4000],
+            session_id=session if isinstance(session, str) else None,
+        )
+        try:  # the store refuses feedback naming no stored receipt
+            await anyio.to_thread.run_sync(lambda: self.router.store.put_feedback(fb))
+        except StoreError as exc:
+            return _error(exc.code, exc.message)
         self._dirty.set()
         return ToolReply(
-            f"feedback {row['feedback_id']} recorded for receipt {rid} ({len(ids)} useful items)",
-            {"feedback_id": row["feedback_id"], "receipt_id": rid, "useful_item_ids": ids},
+            f"feedback {fb.feedback_id} recorded for receipt {rid} ({len(ids)} useful items)",
+            {"feedback_id": fb.feedback_id, "receipt_id": rid, "useful_item_ids": ids},
         )
 
     async def _receipt(self, args: dict[str, Any]) -> ToolReply:
         rid = args.get("receipt_id")
         if not isinstance(rid, str) or not rid:
             return _error("invalid_request", "receipt_id (string) is required")
-        body = await self._receipt_body(rid)
+        try:
+            body = await self._receipt_body(rid)
+        except StoreError as exc:
+            return _error(exc.code, exc.message)
         if body is None:
             return _error("not_found", f"no receipt {rid!r}")
         return ToolReply(json.dumps(body, ensure_ascii=False, indent=2), body)
 
     async def _receipt_body(self, rid: str) -> dict[str, Any] | None:
-        rows = await anyio.to_thread.run_sync(
-            lambda: self.router.store.query("SELECT body FROM receipts WHERE receipt_id = ?", [rid])
-        )
-        return json.loads(rows[0][0]) if rows else None
+        return await anyio.to_thread.run_sync(lambda: self.router.store.get_receipt(rid))
 
     async def flusher(self) -> None:
         """Background task: after each answer, flush the router's deferred work in a worker thread."""

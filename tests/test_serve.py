@@ -21,7 +21,7 @@ from nacl.signing import VerifyKey
 
 from engine.serve import fit_answer, make_server, request_schema
 from engine.spec import load_config
-from engine.store import Store
+from engine.store import DuckDBStore
 from engine.workspace import Workspace
 from tests.external_support import PYTHON, REPO, copy_config, ws  # noqa: F401 - ws is a fixture
 
@@ -87,10 +87,8 @@ async def test_stdio_tools_router_receipt_feedback_and_hot_reload(ws: Workspace,
         third = (await client.call_tool("identifier", {"question": QUESTION})).structured_content
         assert third["receipt"]["config_version"] == second["receipt"]["config_version"]
     # the server flushed on shutdown: feedback is in DuckDB
-    rows = Store(ws.data_dir).query(
-        "SELECT receipt_id, useful_item_ids, note FROM feedback WHERE receipt_id = ?", [receipt["receipt_id"]]
-    )
-    assert rows and json.loads(rows[0][1]) == useful and rows[0][2] == "first hit was it"
+    rows = DuckDBStore(ws.data_dir).list_feedback(receipt["receipt_id"])
+    assert rows and list(rows[0].useful_item_ids) == useful and rows[0].note == "first hit was it"
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 
 from engine.serve import make_server
-from engine.store import Store
+from engine.store import open_store
 from engine.workspace import Workspace
 from tests.external_support import PYTHON, copy_config, ws  # noqa: F401 - ws is a fixture
 
@@ -34,9 +34,8 @@ REPLY_TIMEOUT_S = 60.0
 
 
 def _stored_receipt(ws: Workspace, receipt_id: str) -> dict[str, Any]:
-    rows = Store(ws.data_dir).query("SELECT body FROM receipts WHERE receipt_id = ?", [receipt_id])
-    assert rows, f"receipt {receipt_id} was not stored"
-    body: dict[str, Any] = json.loads(rows[0][0])
+    body = open_store(ws.data_dir).get_receipt(receipt_id)
+    assert body is not None, f"receipt {receipt_id} was not stored"
     return body
 
 

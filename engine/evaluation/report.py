@@ -20,6 +20,7 @@ from typing import Any
 from .. import __version__
 from ..config import load_config
 from ..nodes.classify import rules_fingerprint
+from ..store import Experiment
 from ..types import canonical_json, sha256_hex
 from .metrics import QueryResult, arm_summary
 from .peer import bm25s_version
@@ -229,15 +230,14 @@ def write_run(run: EvalRun) -> tuple[Path, dict[str, Any]]:
             name,
             created_at,
         ]
-        run.store.append(
-            "experiments",
-            {
-                "experiment_id": sha256_hex(canonical_json(key))[:32],
-                "suite": f"{run.suite.name}:{run.suite.split}",
-                "config_version": arm["config_version"],
-                "git_head": metrics["git"]["head"],
-                "created_at": created_at,
-                "metrics": {
+        run.store.put_experiment(
+            Experiment(
+                experiment_id=sha256_hex(canonical_json(key))[:32],
+                suite=f"{run.suite.name}:{run.suite.split}",
+                config_version=arm["config_version"],
+                git_head=metrics["git"]["head"],
+                created_at=created_at,
+                metrics={
                     "arm": name,
                     "suite": metrics["suite"],
                     "out": str(out),
@@ -245,9 +245,9 @@ def write_run(run: EvalRun) -> tuple[Path, dict[str, Any]]:
                     "classes": arm["classes"],
                     "git_dirty": metrics["git"]["dirty"],
                 },
-            },
+            )
         )
-    run.store.ingest(timeout_s=60.0)
+    run.store.sync(timeout_s=60.0)
     run.store.close()
     run.out = out
     return out, metrics

@@ -21,10 +21,11 @@ from typing import Any
 import anyio
 
 from ..config import load_config
+from ..keys import KeyRing
 from ..nodes.classify import classify
 from ..receipts import verify
 from ..runtime import Router
-from ..store import Store
+from ..store import Store, open_store
 from .arms import PEER, Arm, build_arms, default_arms, index_backed
 from .materialize import SnapshotWorkspace, eval_home, index_snapshot, materialize
 from .metrics import K, QueryResult
@@ -155,7 +156,10 @@ async def run_router_arm(
     qrels: dict[str, dict[str, int]],
 ) -> list[QueryResult]:
     assert arm.config_dir is not None
-    router = Router(arm.config_dir, sw.workspace(), arm=arm.name, store=store)
+    # receipts go to the eval store, signed by its key: `ENGINE_HOME=<home>/store engine receipts verify`
+    router = Router(
+        arm.config_dir, sw.workspace(), arm=arm.name, store=store, keys=KeyRing(eval_home(opts.home) / "store")
+    )
     out: list[QueryResult] = []
     try:
         if opts.warmup and queries:  # config load, key, index readers: a cost per Router, not per question
@@ -226,7 +230,10 @@ def run_eval(opts: EvalOptions) -> EvalRun:
     config_dir = opts.config_dir.resolve()
     cfg = load_config(config_dir)
     arms = build_arms(list(opts.arms) if opts.arms else default_arms(cfg), config_dir, home)
-    store = Store(home / "store")
+    store = open_store(home / "store")
+    # the eval store is the eval's own: an eval home from before it had a key of its own (receipts
+    # were signed by each snapshot's key) gets one here instead of failing on "missing key"
+    KeyRing(home / "store").signing_key(fresh=True)
     run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store)
     classes = report_classes(suite, config_dir)
     limit = request_limit(config_dir)
@@ -264,7 +271,7 @@ def run_eval(opts: EvalOptions) -> EvalRun:
                 )
             timing[f"query_s.{arm.name}"] += time.perf_counter() - t
     bar.note("ingesting benchmark events\n")
-    store.ingest(timeout_s=60.0)
+    store.sync(timeout_s=60.0)
     timing["total_s"] = time.perf_counter() - t_start
     run.timing = {k: round(v, 2) for k, v in timing.items()}
     return run

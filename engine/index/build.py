@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..datadir import ensure_data_dir
 from ..types import Project
 from ..workspace import Workspace
 from .files import SourceFile, read_indexable, scan
@@ -78,7 +79,7 @@ class IndexReport:
 @contextlib.contextmanager
 def index_lock(data_dir: Path) -> Iterator[None]:
     """One indexing run per data dir at a time (readers never take this lock)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    ensure_data_dir(data_dir)  # 0700 with a .gitignore of `*`, whoever creates it first
     with open(data_dir / "index.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

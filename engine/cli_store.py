@@ -1,0 +1,226 @@
+"""``engine receipts …``, ``engine keys …`` and ``engine store …``: the receipt log, its keys and
+its store, as thin typer glue over :mod:`engine.store`, :mod:`engine.keys` and :mod:`engine.audit`.
+
+Every command reports a damaged store as a classified error with its fix (exit 1), never a
+traceback; ``receipts verify`` still audits the log of record when the store cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .cli_options import FormatOpt, WorkspaceOpt
+from .cli_options import fail as _fail
+from .cli_options import open_workspace as _workspace
+from .errors import EngineError, ReceiptError
+
+receipts_app = typer.Typer(no_args_is_help=True, help="List, show and verify stored receipts.")
+keys_app = typer.Typer(no_args_is_help=True, help="The signing key and the public keys verification pins.")
+store_app = typer.Typer(no_args_is_help=True, help="The store's health, repair and per-expert stats.")
+
+Since = Annotated[str | None, typer.Option(help="ISO time, inclusive (e.g. 2026-12-01T00:00:00+00:00)")]
+Until = Annotated[str | None, typer.Option(help="ISO time, exclusive")]
+
+
+def _data_dir(workspace: list[Path] | None) -> Path:
+    return _workspace(workspace).data_dir
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+@receipts_app.command("list")
+def receipts_list(
+    workspace: WorkspaceOpt = None,
+    limit: int = 20,
+    klass: Annotated[str | None, typer.Option("--class", help="Classifier class")] = None,
+    status: Annotated[str | None, typer.Option(help="ok or an error code")] = None,
+    pipeline: Annotated[str | None, typer.Option(help="A pipeline on the receipt's path")] = None,
+    config_version: Annotated[str | None, typer.Option("--config-version")] = None,
+    since: Since = None,
+    until: Until = None,
+    fmt: FormatOpt = "text",
+) -> None:
+    """Newest receipts first, filtered."""
+    from .store import ReceiptQuery, open_store
+
+    query = ReceiptQuery(klass, status, pipeline, config_version, since, until, limit)
+    try:
+        rows = open_store(_data_dir(workspace)).list_receipts(query)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    if fmt == "json":
+        _echo_json([r.to_dict() for r in rows])
+        return
+    for r in rows:
+        typer.echo(f"{r.receipt_id}  {r.created_at}  {r.pipeline:<28} {r.klass!s:<18} {r.status:<16} {r.result_count}")
+
+
+@receipts_app.command("show")
+def receipts_show(receipt_id: str, workspace: WorkspaceOpt = None) -> None:
+    """Print one receipt as JSON."""
+    from .errors import NotFound
+    from .store import open_store
+
+    try:
+        body = open_store(_data_dir(workspace)).get_receipt(receipt_id)
+        if body is None:
+            raise NotFound(f"no receipt {receipt_id!r}", receipt_id=receipt_id)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json(body)
+
+
+@receipts_app.command("verify")
+def receipts_verify(workspace: WorkspaceOpt = None, receipt_id: Annotated[str | None, typer.Argument()] = None) -> None:
+    """Audit the receipt log (or one receipt): pinned-key signatures, indexed columns, presence in
+    store and log, and each writer's hash chain. Exit 1 on any problem."""
+    from .audit import audit
+    from .keys import KeyRing
+    from .store import open_store
+
+    data_dir = _data_dir(workspace)
+    note = None
+    try:
+        pinned = [p.public_key for p in KeyRing(data_dir).pinned()]
+    except ReceiptError as exc:
+        pinned, note = [], exc.message
+    if not pinned and note is None:
+        note = "no pinned key: the signing key is missing and none is retired or trusted (`engine doctor`)"
+    try:
+        report = audit(open_store(data_dir), pinned, receipt_id)
+    except (EngineError, OSError) as exc:
+        _echo_json({"ok": False, "error": "verify_failed", "message": str(exc)})
+        raise typer.Exit(1) from None
+    out = report.to_dict()
+    if note:
+        out["keys"] = note
+    if report.not_found:
+        out["error"] = f"no receipt {receipt_id!r}"
+    _echo_json(out)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@keys_app.command("list")
+def keys_list(workspace: WorkspaceOpt = None) -> None:
+    """The public keys verification trusts: current, retired, trusted."""
+    from .keys import KeyRing
+
+    try:
+        _echo_json(
+            [
+                {"public_key": p.public_key, "role": p.role, "since": p.since}
+                for p in KeyRing(_data_dir(workspace)).pinned()
+            ]
+        )
+    except EngineError as exc:
+        _fail(exc)
+
+
+@keys_app.command("init")
+def keys_init(
+    workspace: WorkspaceOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Create a key even though receipts exist (the old key is lost)")
+    ] = False,
+) -> None:
+    """Create the signing key. Refused when receipts exist (a lost key is not silently replaced) unless --force."""
+    from .keys import INIT_FIX, KeyRing
+    from .store import open_store
+
+    data_dir = _data_dir(workspace)
+    keys = KeyRing(data_dir)
+    try:
+        key = keys.load()
+        if key is None:
+            if open_store(data_dir).holds_data() and not force:
+                raise ReceiptError(f"receipts exist in {data_dir} but the signing key is missing; {INIT_FIX}")
+            key = keys.create()
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json({"public_key": key.verify_key.encode().hex(), "path": str(keys.key_path)})
+
+
+@keys_app.command("rotate")
+def keys_rotate(workspace: WorkspaceOpt = None) -> None:
+    """Start a new signing key; the old public key stays pinned (retired). Restart servers afterwards."""
+    from .keys import KeyRing
+
+    try:
+        old, new = KeyRing(_data_dir(workspace)).rotate()
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json({"retired": old, "current": new})
+
+
+@keys_app.command("trust")
+def keys_trust(public_key: str, workspace: WorkspaceOpt = None) -> None:
+    """Pin a public key you vouch for (a lost key's, say), so receipts it signed verify."""
+    from .keys import KeyRing
+
+    try:
+        KeyRing(_data_dir(workspace)).trust(public_key)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json({"trusted": public_key.lower()})
+
+
+@store_app.command("status")
+def store_status(workspace: WorkspaceOpt = None) -> None:
+    """Can the store be read and written? Exit 1 with the fix when not."""
+    from .store import open_store
+
+    health = open_store(_data_dir(workspace)).health()
+    _echo_json(health.to_dict())
+    raise typer.Exit(0 if health.ok else 1)
+
+
+@store_app.command("repair")
+def store_repair(workspace: WorkspaceOpt = None) -> None:
+    """Rebuild the store from the spool log: every logged receipt exactly once. The old file is kept aside."""
+    from .store import open_store
+
+    try:
+        report = open_store(_data_dir(workspace)).repair()
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json(report.to_dict())
+
+
+@store_app.command("stats")
+def store_stats(
+    workspace: WorkspaceOpt = None,
+    since: Since = None,
+    until: Until = None,
+    arm: Annotated[str | None, typer.Option(help="Only events of this arm (eval), e.g. router")] = None,
+    fmt: FormatOpt = "text",
+) -> None:
+    """Per expert over a window: calls, p50/p95 latency, timeout and error rates, hit rate."""
+    from .store import EventQuery, open_store
+
+    try:
+        stats = open_store(_data_dir(workspace)).expert_stats(EventQuery(since=since, until=until, arm=arm))
+    except EngineError as exc:
+        _fail(exc)
+        return
+    if fmt == "json":
+        _echo_json([s.to_dict() for s in stats])
+        return
+    typer.echo(f"{'expert':<14} {'calls':>6} {'p50 ms':>8} {'p95 ms':>8} {'timeout':>8} {'error':>7} {'hit':>6}")
+    for s in stats:
+        hit = "-" if s.hit_rate is None else f"{s.hit_rate:.2f}"
+        typer.echo(
+            f"{s.expert_id:<14} {s.count:>6} {s.p50_ms:>8.1f} {s.p95_ms:>8.1f} "
+            f"{s.timeout_rate:>8.2%} {s.error_rate:>7.2%} {hit:>6}"
+        )

@@ -1,0 +1,372 @@
+"""The DuckDB store, safe for several router processes on one data dir (docs/adr/0001-store.md,
+docs/adr/0007-receipt-chain-and-log.md).
+
+DuckDB admits one writer process per file, and opening it costs ~15–50 ms. So:
+
+* **Write path (hot):** a record is appended to this process's own spool file
+  (:mod:`.spool`), fsync'ed for receipts and feedback. Durable before the answer returns, ~1 ms,
+  never contends with another process, never reads ``engine.duckdb`` (so a damaged file cannot
+  cost an answer).
+* **Ingest (off the hot path, :meth:`DuckDBStore.sync`):** under an exclusive ``flock`` on
+  ``store.lock``, spool lines past each file's last ingested byte offset go into DuckDB (the
+  first copy of a key wins; cache and bandit rows keep the newest), and the offset is recorded in
+  the same transaction: re-ingesting is harmless, so a crash between the two loses nothing and
+  duplicates nothing. Spools are the log of record and are kept: those of dead writers are
+  compacted into gzip segments under ``log/``.
+* **Read:** ingest first (every reader sees every durable row), then query under a shared lock.
+* **Damage:** a file DuckDB cannot open raises :class:`~engine.errors.StoreError` naming the
+  fix; :meth:`DuckDBStore.repair` rebuilds the file from the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..datadir import ensure_data_dir, mode_problems
+from ..errors import NotFound, StoreError
+from . import ingest
+from .records import (
+    BanditArm,
+    BenchmarkEvent,
+    CacheEntry,
+    EventQuery,
+    Experiment,
+    ExpertStats,
+    Feedback,
+    Hint,
+    ReceiptQuery,
+    ReceiptSummary,
+    RepairReport,
+    StoredReceipt,
+    StoreHealth,
+)
+from .schema import JSON_COLUMNS, TABLES, select_sql
+from .spool import SpoolWriter, encode, segment_files, spool_files
+from .sql import event_where, receipt_where, stats_sql
+
+DB_NAME = "engine.duckdb"
+REPAIR_FIX = "run `engine store repair` (rebuilds engine.duckdb from the spool log; the damaged file is kept aside)"
+
+
+class DuckDBStore:
+    """The default :class:`~engine.store.port.Store`: spool files + one DuckDB file per data dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.db_path = data_dir / DB_NAME
+        self.spool_dir = data_dir / "spool"
+        self.log_dir = data_dir / "log"
+        self._lock_path = data_dir / "store.lock"
+        self._spool = SpoolWriter(self.spool_dir, before_create=lambda: ensure_data_dir(data_dir))
+
+    # ------------------------------------------------------------------ write path
+    def _append(self, table: str, rows: Iterable[dict[str, Any]], *, durable: bool) -> None:
+        self._spool.append((encode(table, r) for r in rows), durable=durable)
+
+    def put_receipt(self, receipt: Mapping[str, Any]) -> None:
+        self._append("receipts", [{"body": dict(receipt)}], durable=True)
+
+    def record_events(self, events: Iterable[BenchmarkEvent]) -> None:
+        self._append("tool_benchmark_events", (e.to_dict() for e in events), durable=False)
+
+    def cache_put(self, entry: CacheEntry) -> None:
+        row = {
+            "cache_key": entry.key,
+            "created_at": entry.created_at,
+            "expires_at": entry.expires_at,
+            "negative": entry.negative,
+            "response": entry.response,
+        }
+        self._append("cache", [row], durable=False)
+
+    def put_feedback(self, feedback: Feedback) -> None:
+        if self.get_receipt(feedback.receipt_id) is None:
+            raise NotFound(f"no receipt {feedback.receipt_id!r}", receipt_id=feedback.receipt_id)
+        row = feedback.to_dict()
+        row["useful_item_ids"] = list(feedback.useful_item_ids)
+        self._append("feedback", [row], durable=True)
+
+    def put_experiment(self, experiment: Experiment) -> None:
+        self._append("experiments", [experiment.to_dict()], durable=True)
+
+    def put_hint(self, hint: Hint) -> None:
+        self._append("hints", [hint.to_dict()], durable=True)
+
+    def put_bandit(self, arm: BanditArm) -> None:
+        self._append("bandit_state", [arm.to_dict()], durable=True)
+
+    def holds_data(self) -> bool:
+        if self.db_path.exists() or segment_files(self.log_dir):
+            return True
+        for f in spool_files(self.spool_dir):
+            with contextlib.suppress(FileNotFoundError):  # compacted while we looked
+                if f.stat().st_size > 0:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ locking and connections
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool, timeout_s: float) -> Iterator[bool]:
+        ensure_data_dir(self.data_dir)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(0.005)
+            yield True
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def _connect(self, path: Path | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+        """A connection, or StoreError naming the fix when the file is damaged or held elsewhere."""
+        path = path or self.db_path
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            if not read_only:
+                ingest.prepare(con, self.spool_dir, self.log_dir)
+        except duckdb.Error as exc:
+            raise damaged(path, exc) from exc
+        finally:
+            self._private(path)
+        return con
+
+    @staticmethod
+    def _private(path: Path) -> None:
+        """DuckDB creates its files with the process umask: narrow them to 0600."""
+        for p in (path, path.with_name(path.name + ".wal")):
+            with contextlib.suppress(OSError):
+                if p.stat().st_mode & 0o077:
+                    os.chmod(p, 0o600)
+
+    # ------------------------------------------------------------------ ingest
+    def sync(self, timeout_s: float = 30.0) -> int:
+        self._spool.fsync()
+        if not self.holds_data():  # nothing to ingest: a read must not create an empty store
+            return 0
+        with self._locked(True, timeout_s) as got:
+            if not got:
+                return 0
+            con = self._connect()
+            try:
+                return ingest.ingest(con, self.spool_dir, self.log_dir, own=self._spool.path)
+            except duckdb.Error as exc:
+                raise damaged(self.db_path, exc) from exc
+            finally:
+                con.close()
+                self._private(self.db_path)
+
+    # ------------------------------------------------------------------ read path
+    def _read(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        self.sync()
+        if not self.db_path.exists():
+            return []
+        with self._locked(False, 30.0) as got:
+            if not got:
+                raise StoreError("the store is busy", fix="another engine process holds store.lock", state="busy")
+            con = self._connect(read_only=True)
+            try:
+                return con.execute(sql, params or []).fetchall()
+            except duckdb.Error as exc:
+                raise damaged(self.db_path, exc) from exc
+            finally:
+                con.close()
+
+    def get_receipt(self, receipt_id: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT body FROM receipts WHERE receipt_id = ?", [receipt_id])
+        return _json(rows[0][0]) if rows else None
+
+    def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
+        where, params = receipt_where(query)
+        sql = (
+            "SELECT receipt_id, created_at, pipeline, class, status, result_count, config_version, request_hash "
+            f"FROM receipts{where} ORDER BY created_at DESC, receipt_id"
+        )
+        if query.limit is not None:
+            sql, params = sql + " LIMIT ?", [*params, query.limit]
+        return [ReceiptSummary(*r) for r in self._read(sql, params)]
+
+    def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
+        sql, params = select_sql("receipts"), []
+        if receipt_id is not None:
+            sql, params = sql + " WHERE receipt_id = ?", [receipt_id]
+        cols = TABLES["receipts"][1]
+        for row in self._read(sql + " ORDER BY receipt_id", params):
+            columns = dict(zip(cols, row, strict=True))
+            raw = columns.pop("body")
+            try:
+                body = json.loads(raw) if raw is not None else None
+                yield StoredReceipt(columns, body if isinstance(body, dict) else None, None)
+            except ValueError as exc:
+                yield StoredReceipt(columns, None, f"stored body is not JSON: {exc}")
+
+    def logged_receipts(self) -> Iterator[dict[str, Any]]:
+        # a shared lock: compaction (exclusive) must not move spools into a segment mid-read
+        with self._locked(False, 30.0) as got:
+            if not got:
+                raise StoreError("the store is busy", fix="another engine process holds store.lock", state="busy")
+            yield from ingest.logged_receipts(self.spool_dir, self.log_dir)
+
+    def list_events(self, query: EventQuery = EventQuery()) -> list[BenchmarkEvent]:
+        where, params = event_where(query)
+        sql = f"{select_sql('tool_benchmark_events')}{where} ORDER BY created_at, event_id"
+        if query.limit is not None:
+            sql, params = sql + " LIMIT ?", [*params, query.limit]
+        cols = TABLES["tool_benchmark_events"][1]
+        return [BenchmarkEvent(**dict(zip(cols, r, strict=True))) for r in self._read(sql, params)]
+
+    def expert_stats(self, query: EventQuery = EventQuery()) -> list[ExpertStats]:
+        sql, params = stats_sql(query)
+        return [
+            ExpertStats(
+                expert_id=eid,
+                count=n,
+                p50_ms=round(p50, 3),
+                p95_ms=round(p95, 3),
+                timeout_rate=round(timeouts / n, 4),
+                error_rate=round(errors / n, 4),
+                labelled=labelled,
+                hit_rate=round(hits / labelled, 4) if labelled else None,
+            )
+            for eid, n, p50, p95, timeouts, errors, labelled, hits in self._read(sql, params)
+        ]
+
+    def cache_get(self, key: str, *, now: float | None = None) -> CacheEntry | None:
+        if not self.db_path.exists():
+            return None
+        with self._locked(False, 0.05) as got:  # a busy store is a miss, never a stall
+            if not got:
+                return None
+            try:
+                con = duckdb.connect(str(self.db_path), read_only=True)
+            except duckdb.Error:
+                return None  # damaged: doctor reports it; the answer must not wait for it
+            try:
+                row = con.execute(
+                    "SELECT response, negative, created_at, expires_at FROM cache "
+                    "WHERE cache_key = ? AND expires_at > ?",
+                    [key, time.time() if now is None else now],
+                ).fetchone()
+            except duckdb.Error:
+                row = None
+            finally:
+                con.close()
+        if row is None:
+            return None
+        return CacheEntry(key, _json(row[0]), bool(row[1]), row[2], row[3])
+
+    def list_feedback(self, receipt_id: str | None = None) -> list[Feedback]:
+        return [
+            Feedback(**{**r, "useful_item_ids": tuple(r["useful_item_ids"] or ())})
+            for r in self._rows("feedback", "receipt_id", receipt_id, "created_at, feedback_id")
+        ]
+
+    def list_experiments(self, suite: str | None = None) -> list[Experiment]:
+        return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]
+
+    def list_hints(self, project: str | None = None) -> list[Hint]:
+        return [Hint(**r) for r in self._rows("hints", "project", project, "created_at, hint_id")]
+
+    def get_bandit(self, arm_id: str) -> BanditArm | None:
+        rows = self._rows("bandit_state", "arm_id", arm_id, "arm_id")
+        return BanditArm(**rows[0]) if rows else None
+
+    def list_bandit(self, task_class: str | None = None) -> list[BanditArm]:
+        return [BanditArm(**r) for r in self._rows("bandit_state", "task_class", task_class, "arm_id")]
+
+    def _rows(self, table: str, column: str, value: str | None, order: str) -> list[dict[str, Any]]:
+        sql, params = select_sql(table), []
+        if value is not None:
+            sql, params = f"{sql} WHERE {column} = ?", [value]
+        cols = TABLES[table][1]
+        out = []
+        for r in self._read(f"{sql} ORDER BY {order}", params):
+            d = dict(zip(cols, r, strict=True))
+            out.append({c: (_json(v) if c in JSON_COLUMNS and v is not None else v) for c, v in d.items()})
+        return out
+
+    # ------------------------------------------------------------------ upkeep
+    def health(self) -> StoreHealth:
+        if not self.data_dir.exists():
+            return StoreHealth(True, "fresh", f"nothing stored yet ({self.data_dir} is created on first use)")
+        files = [self.data_dir, self.db_path, self.spool_dir, *spool_files(self.spool_dir)]
+        files += [self.log_dir, *segment_files(self.log_dir)]
+        unsafe = mode_problems([f for f in files if f.exists()])
+        try:
+            self.sync(timeout_s=2.0)
+            with self._locked(False, 0.5) as got:
+                if not got:
+                    return StoreHealth(
+                        False, "busy", "store.lock is held by another engine process", "wait for it, or stop it"
+                    )
+                if not self.db_path.exists():
+                    return StoreHealth(True, "fresh", "nothing stored yet")
+                con = self._connect(read_only=True)
+                try:
+                    counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone() for t in TABLES}
+                    # read every receipt body: a damaged block anywhere in them fails its checksum here
+                    con.execute("SELECT sum(length(CAST(body AS VARCHAR))) FROM receipts").fetchone()
+                except duckdb.Error as exc:
+                    raise damaged(self.db_path, exc) from exc
+                finally:
+                    con.close()
+        except StoreError as exc:
+            state = str(exc.context.get("state", "damaged"))
+            return StoreHealth(False, state, exc.message, exc.fix, pending_bytes=self._pending())
+        receipts = int((counts["receipts"] or (0,))[0])
+        if unsafe:
+            return StoreHealth(False, "unsafe", "; ".join(unsafe), "chmod 600 the files, 700 the folders", receipts)
+        return StoreHealth(True, "ok", f"{receipts} receipts", receipts=receipts, pending_bytes=self._pending())
+
+    def _pending(self) -> int:
+        """Bytes of spool not yet in DuckDB (best effort, for health reports)."""
+        try:
+            con = duckdb.connect(str(self.db_path), read_only=True)
+            try:
+                offsets = dict(con.execute("SELECT file, offset_bytes FROM spool_offsets").fetchall())
+            finally:
+                con.close()
+        except duckdb.Error:
+            offsets = {}
+        total = 0
+        for f in spool_files(self.spool_dir):
+            with contextlib.suppress(OSError):
+                total += max(0, f.stat().st_size - int(offsets.get(f.name, 0)))
+        return total
+
+    def repair(self) -> RepairReport:
+        with self._locked(True, 60.0) as got:
+            if not got:
+                raise StoreError("the store is busy", fix="another engine process holds store.lock", state="busy")
+            return ingest.rebuild(self.db_path, self.spool_dir, self.log_dir, self._connect, self._private)
+
+    def close(self) -> None:
+        self._spool.close()
+
+
+def damaged(path: Path, exc: BaseException) -> StoreError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if re.search(r"\block\b", text, re.IGNORECASE):  # DuckDB's own file lock, held by another program
+        return StoreError(f"{path.name} is locked: {text}", fix="close the other program holding it", state="busy")
+    return StoreError(f"{path.name} is damaged: {text}", fix=REPAIR_FIX, path=str(path), state="damaged")
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
