@@ -369,6 +369,14 @@ ReportFmt = Annotated[str, typer.Option("--format", "-f", help="markdown (table)
 def eval_run(
     suite: Annotated[Path, typer.Argument(help="Suite folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")],
     split: Annotated[str, typer.Option(help="qrels split")] = "test",
+    workspace: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Search this live workspace (repeatable) instead of the suite's corpus; qrels name <project>/<path>.",
+        ),
+    ] = None,
     arms: Annotated[
         str | None,
         typer.Option(
@@ -418,6 +426,7 @@ def eval_run(
         intent_from_class=intent_from_class,
         warmup=warmup,
         progress=progress,
+        workspace=workspace or None,
     )
     try:
         run_dir, metrics = write_run(run_eval(opts))
