@@ -384,6 +384,14 @@ def eval_run(
         ),
     ] = None,
     limit_queries: Annotated[int | None, typer.Option("--limit-queries", help="First N queries only")] = None,
+    request_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            help="Items each question asks for, like `engine run --limit` (default: enough for 10 distinct files)",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
     config_dir: ConfigDirOpt = None,
     pipeline: Annotated[str, typer.Option(help="Pipeline name or file")] = "router",
@@ -419,6 +427,7 @@ def eval_run(
         split=split,
         arms=arms.split(",") if arms else None,
         limit_queries=limit_queries,
+        request_limit=request_limit,
         out=out,
         home=cache_dir,
         pipeline=pipeline,

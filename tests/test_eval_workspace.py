@@ -41,8 +41,8 @@ def _suite(root: Path, questions: list[tuple[str, str, str, dict[str, int]]]) ->
     return root
 
 
-def _eval(suite: Path, ws: Path, config_dir: Path, home: Path, out: Path) -> tuple[int, str, str]:
-    args = ["eval", str(suite), "--workspace", str(ws), "--arms", "router,bm25,bm25-peer"]
+def _eval(suite: Path, ws: Path, config_dir: Path, home: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    args = ["eval", str(suite), "--workspace", str(ws), "--arms", "router,bm25,bm25-peer", *extra]
     args += ["--config-dir", str(config_dir), "--cache-dir", str(home), "--out", str(out)]
     res = CliRunner().invoke(app, [*args, "--no-progress", "--no-warmup", "-f", "json"])
     return res.exit_code, res.stdout, res.stderr
@@ -50,9 +50,10 @@ def _eval(suite: Path, ws: Path, config_dir: Path, home: Path, out: Path) -> tup
 
 def test_eval_on_a_live_workspace_scores_project_paths(workspace_dir: Path, config_dir: Path, tmp_path: Path) -> None:
     suite = _suite(tmp_path / "suite", QUESTIONS)
-    code, stdout, stderr = _eval(suite, workspace_dir, config_dir, tmp_path / "home", tmp_path / "out")
+    code, stdout, stderr = _eval(suite, workspace_dir, config_dir, tmp_path / "home", tmp_path / "out", "--limit", "12")
     assert code == 0, stderr
     metrics = json.loads(stdout)
+    assert metrics["request_limit"] == 12  # asked like `engine run --limit 12`
     assert metrics["suite"]["workspace"] == [str(workspace_dir.resolve())]
     snap = metrics["snapshots"]["_all"]
     assert set(snap["projects"]) == {"alpha", "beta"} and all(snap["projects"].values())

@@ -106,6 +106,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
         "pipeline": run.options.pipeline,
         "warmup": run.options.warmup,
         "intent_from_class": run.options.intent_from_class,
+        "request_limit": run.request_limit,
         "arms": arms,
         "timing": run.timing,
         "snapshots": run.snapshots,
@@ -145,7 +146,8 @@ def markdown(metrics: dict[str, Any]) -> str:
         f"- command: `{metrics['command']}`",
         f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
         *([f"- live workspace: {', '.join(s['workspace'])}"] if s.get("workspace") else []),
-        f"- classes from: {s['classes_from']}; latency is end to end per query, cache off"
+        f"- classes from: {s['classes_from']}; items asked per question: {metrics.get('request_limit')}; "
+        "latency is end to end per query, cache off"
         + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
         "",
         "## Overall",

@@ -53,6 +53,7 @@ class EvalOptions:
     warmup: bool = True  # one untimed question per (snapshot, arm) Router first; its events say "<arm>:warmup"
     progress: bool = True
     workspace: Sequence[Path] | None = None  # search this live workspace; qrels name project/path
+    request_limit: int | None = None  # items asked per question (default: enough for K distinct files)
 
 
 class Target(Protocol):
@@ -79,6 +80,7 @@ class EvalRun:
     timing: dict[str, float] = field(default_factory=dict)
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
     out: Path | None = None
+    request_limit: int | None = None  # items each question asked for
 
 
 class Progress:
@@ -287,7 +289,8 @@ def run_eval(opts: EvalOptions) -> EvalRun:
     store = Store(home / "store")
     run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store)
     classes = report_classes(suite, config_dir)
-    limit = request_limit(config_dir)
+    limit = opts.request_limit or request_limit(config_dir)
+    run.request_limit = limit
     by_snapshot = suite.queries_by_snapshot()
     bar = Progress(len(suite.queries) * len(arms), opts.progress)
     to_index = index_backed(cfg, set().union(*(a.experts for a in arms)))
