@@ -73,9 +73,7 @@ def assign_splits(questions: list[dict[str, Any]]) -> dict[str, str]:
 
 def tracked_files(workspace: Path, project: str, cache: dict[str, set[str]]) -> set[str]:
     if project not in cache:
-        res = subprocess.run(
-            ["git", "ls-files", "-z"], cwd=workspace / project, capture_output=True, check=False
-        )
+        res = subprocess.run(["git", "ls-files", "-z"], cwd=workspace / project, capture_output=True, check=False)
         if res.returncode != 0:
             raise SystemExit(f"{workspace / project} is not a git repo (run build_workspace.py first)")
         cache[project] = set(res.stdout.decode("utf-8", "replace").split("\0")) - {""}
@@ -99,11 +97,11 @@ def check_gold(questions: list[dict[str, Any]], workspace: Path) -> list[str]:
                 text = (workspace / project / rel).read_text(encoding="utf-8", errors="replace")
                 if literal not in text:
                     problems.append(f"{q['id']}: grade-3 file {cid} does not contain {literal!r}")
-            for path, (first, last) in (q.get("spans") or {}).items():
-                if path == cid:
-                    lines = (workspace / project / rel).read_text(encoding="utf-8", errors="replace").count("\n") + 1
-                    if last > lines:
-                        problems.append(f"{q['id']}: span {path} ends at {last}, file has {lines} lines")
+            span = (q.get("spans") or {}).get(cid)
+            if span:
+                lines = (workspace / project / rel).read_text(encoding="utf-8", errors="replace").count("\n") + 1
+                if span[1] > lines:
+                    problems.append(f"{q['id']}: span {cid} ends at {span[1]}, file has {lines} lines")
     return problems
 
 
@@ -144,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = Counter((q["class"], splits[q["id"]]) for q in questions)
     for klass in CLASSES:
         print(f"{klass:18} dev {counts[(klass, 'dev')]:3}  heldout {counts[(klass, 'heldout')]:3}")
-    print(f"{'total':18} dev {sum(v for (_, s), v in counts.items() if s == 'dev'):3}  "
-          f"heldout {sum(v for (_, s), v in counts.items() if s == 'heldout'):3}")
+    print(
+        f"{'total':18} dev {sum(v for (_, s), v in counts.items() if s == 'dev'):3}  "
+        f"heldout {sum(v for (_, s), v in counts.items() if s == 'heldout'):3}"
+    )
     return 0
 
 
