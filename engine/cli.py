@@ -309,6 +309,14 @@ ReportFmt = Annotated[str, typer.Option("--format", "-f", help="markdown (table)
 def eval_run(
     suite: Annotated[Path, typer.Argument(help="Suite folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")],
     split: Annotated[str, typer.Option(help="qrels split")] = "test",
+    workspace: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Search this live workspace (repeatable) instead of the suite's corpus; qrels name <project>/<path>.",
+        ),
+    ] = None,
     arms: Annotated[
         str | None,
         typer.Option(
@@ -316,6 +324,14 @@ def eval_run(
         ),
     ] = None,
     limit_queries: Annotated[int | None, typer.Option("--limit-queries", help="First N queries only")] = None,
+    request_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            help="Items each question asks for, like `engine run --limit` (default: enough for 10 distinct files)",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
     config_dir: ConfigDirOpt = None,
     pipeline: Annotated[str, typer.Option(help="Pipeline name or file")] = "router",
@@ -350,6 +366,7 @@ def eval_run(
         split=split,
         arms=arms.split(",") if arms else None,
         limit_queries=limit_queries,
+        request_limit=request_limit,
         out=out,
         home=cache_dir,
         pipeline=pipeline,
@@ -357,6 +374,7 @@ def eval_run(
         intent_from_class=intent_from_class,
         warmup=warmup,
         progress=progress,
+        workspace=workspace or None,
     )
     try:
         run_dir, metrics = write_run(run_eval(opts))

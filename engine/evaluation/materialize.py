@@ -19,9 +19,10 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ..index.build import IndexReport
 from ..indexing import index_workspace
@@ -83,6 +84,10 @@ class SnapshotWorkspace:
 
     def workspace(self) -> Workspace:
         return Workspace.open([self.project_dir], data_dir=self.data_dir)
+
+    def doc_id(self, item: Mapping[str, Any]) -> str | None:
+        """The corpus id of an answer item (its path inside the one project), if it is a doc."""
+        return self.path_to_doc.get(item.get("path") or "")
 
 
 def content_hash(paths: dict[str, str], texts: dict[str, str]) -> str:

@@ -98,6 +98,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
             "queries": len(run.suite.queries),
             "snapshots": len(run.suite.queries_by_snapshot()),
             "classes_from": "gold" if all(q.gold_class for q in run.suite.queries) else "router",
+            "workspace": [str(Path(w).resolve()) for w in run.options.workspace] if run.options.workspace else None,
         },
         "created_at": created_at,
         "engine_version": __version__,
@@ -106,6 +107,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
         "pipeline": run.options.pipeline,
         "warmup": run.options.warmup,
         "intent_from_class": run.options.intent_from_class,
+        "request_limit": run.request_limit,
         "arms": arms,
         "timing": run.timing,
         "snapshots": run.snapshots,
@@ -144,7 +146,9 @@ def markdown(metrics: dict[str, Any]) -> str:
         f"- date: {metrics['created_at']}",
         f"- command: `{metrics['command']}`",
         f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
-        f"- classes from: {s['classes_from']}; latency is end to end per query, cache off"
+        *([f"- live workspace: {', '.join(s['workspace'])}"] if s.get("workspace") else []),
+        f"- classes from: {s['classes_from']}; items asked per question: {metrics.get('request_limit')}; "
+        "latency is end to end per query, cache off"
         + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
         "",
         "## Overall",

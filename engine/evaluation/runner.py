@@ -7,30 +7,37 @@ per (snapshot, arm), all writing into one eval store under the eval home, so eve
 every ``tool_benchmark_events`` row (labelled with its arm) and the run's ``experiments`` rows can
 be queried together afterwards. Results are mapped to corpus ids at file level: a file's rank
 is the rank of its first item.
+
+With ``workspace`` set (``engine eval SUITE --workspace DIR``) there is one "snapshot", the live
+workspace itself, searched in place (:mod:`.live`): corpus ids are ``project/path``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from ..config import load_config
+from ..indexing import index_workspace
 from ..keys import KeyRing
 from ..nodes.classify import classify
 from ..receipts import verify
 from ..runtime import Router
+from ..spec import ConfigSet
 from ..store import Store, open_store
+from ..workspace import Workspace
 from .arms import PEER, Arm, build_arms, default_arms, index_backed
-from .materialize import SnapshotWorkspace, eval_home, index_snapshot, materialize
+from .live import LiveWorkspace, check_qrels, open_live, peer_docs
+from .materialize import eval_home, index_snapshot, materialize
 from .metrics import K, QueryResult
 from .peer import Bm25Peer
-from .suite import EvalQuery, Suite, load_suite
+from .suite import ALL, EvalQuery, Suite, load_suite
 
 
 @dataclass
@@ -47,6 +54,19 @@ class EvalOptions:
     intent_from_class: bool = False  # pass a query's gold class as the request's intent
     warmup: bool = True  # one untimed question per (snapshot, arm) Router first; its events say "<arm>:warmup"
     progress: bool = True
+    workspace: Sequence[Path] | None = None  # search this live workspace; qrels name project/path
+    request_limit: int | None = None  # items asked per question (default: enough for K distinct files)
+
+
+class Target(Protocol):
+    """What the arms search for one snapshot: a materialized snapshot or the live workspace."""
+
+    @property
+    def snapshot(self) -> str: ...
+
+    def workspace(self) -> Workspace: ...
+
+    def doc_id(self, item: Mapping[str, Any]) -> str | None: ...
 
 
 @dataclass
@@ -62,6 +82,7 @@ class EvalRun:
     timing: dict[str, float] = field(default_factory=dict)
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
     out: Path | None = None
+    request_limit: int | None = None  # items each question asked for
 
 
 class Progress:
@@ -106,11 +127,11 @@ def to_result(
     response: dict[str, Any],
     error: str | None,
     latency_ms: float,
-    sw: SnapshotWorkspace,
+    sw: Target,
 ) -> QueryResult:
     ranked: list[str] = []
     for item in response.get("items", []):
-        doc = sw.path_to_doc.get(item.get("path") or "")
+        doc = sw.doc_id(item)
         if doc is not None and doc not in ranked:
             ranked.append(doc)
     receipt = response.get("receipt")
@@ -134,11 +155,11 @@ def to_result(
     return res
 
 
-def expert_hits(response: dict[str, Any], relevant: set[str], sw: SnapshotWorkspace) -> dict[str, bool]:
+def expert_hits(response: dict[str, Any], relevant: set[str], sw: Target) -> dict[str, bool]:
     """Did each expert that ran return (as a source of some item) a relevant document?"""
     hits = {name: False for name in (response.get("receipt") or {}).get("per_expert", {})}
     for item in response.get("items", []):
-        found = sw.path_to_doc.get(item.get("path") or "") in relevant
+        found = sw.doc_id(item) in relevant
         for s in item.get("sources", []):
             hits[s["expert"]] = hits.get(s["expert"], False) or found
     return hits
@@ -146,7 +167,7 @@ def expert_hits(response: dict[str, Any], relevant: set[str], sw: SnapshotWorksp
 
 async def run_router_arm(
     arm: Arm,
-    sw: SnapshotWorkspace,
+    sw: Target,
     queries: list[EvalQuery],
     classes: dict[str, str],
     opts: EvalOptions,
@@ -222,44 +243,75 @@ def report_classes(suite: Suite, config_dir: Path) -> dict[str, str]:
     return out
 
 
+def prepare_snapshot(
+    snapshot: str,
+    suite: Suite,
+    cfg: ConfigSet,
+    to_index: set[str],
+    opts: EvalOptions,
+    home: Path,
+    timing: dict[str, float],
+) -> tuple[Target, dict[str, Any]]:
+    """Materialize (or reuse) one snapshot and bring its indexes up to date."""
+    t = time.perf_counter()
+    sw, written = materialize(snapshot, suite.docs_for(snapshot), home, opts.doc_ext)
+    timing["materialize_s"] += time.perf_counter() - t
+    t = time.perf_counter()
+    reports = index_snapshot(sw, cfg, to_index, progress=opts.progress)
+    timing["index_s"] += time.perf_counter() - t
+    info = {"folder": str(sw.project_dir), "content_hash": sw.content_hash, "written": written}
+    return sw, {**info, "docs": len(sw.path_to_doc), "index": [r.to_dict() for r in reports]}
+
+
+def prepare_live(
+    live: LiveWorkspace, cfg: ConfigSet, to_index: set[str], opts: EvalOptions, timing: dict[str, float]
+) -> dict[str, Any]:
+    """Bring the live workspace's own indexes up to date (a no-op scan after ``engine index -w``)."""
+    t = time.perf_counter()
+    reports = index_workspace(live.ws, cfg, only=sorted(to_index), progress=opts.progress) if to_index else []
+    timing["index_s"] += time.perf_counter() - t
+    return {
+        "folder": [str(r) for r in live.ws.roots],
+        "projects": live.heads,
+        "docs": len(live.doc_ids),
+        "index": [r.to_dict() for r in reports],
+    }
+
+
 def run_eval(opts: EvalOptions) -> EvalRun:
     """Run every arm over the suite; returns the in-memory run (see :func:`.report.write_run`)."""
     t_start = time.perf_counter()
     home = eval_home(opts.home)
-    suite = load_suite(opts.suite, opts.split, opts.limit_queries)
+    live = open_live(opts.workspace) if opts.workspace else None
+    suite = load_suite(opts.suite, opts.split, opts.limit_queries, corpus=live is None)
     config_dir = opts.config_dir.resolve()
     cfg = load_config(config_dir)
     arms = build_arms(list(opts.arms) if opts.arms else default_arms(cfg), config_dir, home)
+    if live is not None:
+        check_qrels(suite, live)
+        if any(a.kind == "peer" for a in arms):
+            suite.docs_by_snapshot = {ALL: peer_docs(live)}
     store = open_store(home / "store")
     # the eval store is the eval's own: an eval home from before it had a key of its own (receipts
     # were signed by each snapshot's key) gets one here instead of failing on "missing key"
     KeyRing(home / "store").signing_key(fresh=True)
     run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store)
     classes = report_classes(suite, config_dir)
-    limit = request_limit(config_dir)
+    limit = opts.request_limit or request_limit(config_dir)
+    run.request_limit = limit
     by_snapshot = suite.queries_by_snapshot()
     bar = Progress(len(suite.queries) * len(arms), opts.progress)
     to_index = index_backed(cfg, set().union(*(a.experts for a in arms)))
     timing = {"materialize_s": 0.0, "index_s": 0.0, **{f"query_s.{a.name}": 0.0 for a in arms}}
     for n, (snapshot, queries) in enumerate(by_snapshot.items(), start=1):
-        sw = None
+        sw: Target | None = None
         if any(a.kind != "peer" for a in arms):
-            bar.note(f"snapshot {snapshot} ({n}/{len(by_snapshot)}): materializing")
-            t = time.perf_counter()
-            sw, written = materialize(snapshot, suite.docs_for(snapshot), home, opts.doc_ext)
-            timing["materialize_s"] += time.perf_counter() - t
-            bar.note(f"snapshot {snapshot} ({n}/{len(by_snapshot)}): indexing {sorted(to_index)}")
-            t = time.perf_counter()
-            reports = index_snapshot(sw, cfg, to_index, progress=opts.progress)
-            timing["index_s"] += time.perf_counter() - t
-            run.snapshots[snapshot] = {
-                "folder": str(sw.project_dir),
-                "content_hash": sw.content_hash,
-                "written": written,
-                "docs": len(sw.path_to_doc),
-                "queries": len(queries),
-                "index": [r.to_dict() for r in reports],
-            }
+            bar.note(f"snapshot {snapshot} ({n}/{len(by_snapshot)}): preparing, indexing {sorted(to_index)}")
+            if live is not None:
+                sw, info = live, prepare_live(live, cfg, to_index, opts, timing)
+            else:
+                sw, info = prepare_snapshot(snapshot, suite, cfg, to_index, opts, home, timing)
+            run.snapshots[snapshot] = {**info, "queries": len(queries)}
         for arm in arms:
             t = time.perf_counter()
             if arm.kind == "peer":

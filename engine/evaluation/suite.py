@@ -128,8 +128,9 @@ def _snapshot(row: dict[str, Any]) -> str:
     return str((row.get("metadata") or {}).get("snapshot") or ALL)
 
 
-def load_suite(root: Path, split: str = "test", limit_queries: int | None = None) -> Suite:
-    """Read a suite; with ``limit_queries`` only the first N queries (qrels order) and their snapshots."""
+def load_suite(root: Path, split: str = "test", limit_queries: int | None = None, *, corpus: bool = True) -> Suite:
+    """Read a suite; with ``limit_queries`` only the first N queries (qrels order) and their snapshots.
+    ``corpus=False``: queries and qrels only (``engine eval --workspace`` searches a live workspace)."""
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise SuiteError(f"suite {root} is not a folder")
@@ -160,7 +161,7 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
         qrels = {q.id: qrels[q.id] for q in queries}
     wanted = {q.snapshot for q in queries}
     docs: dict[str, list[Doc]] = {}
-    for d in _jsonl(_corpus_file(root)):
+    for d in _jsonl(_corpus_file(root)) if corpus else ():
         snap = _snapshot(d)
         if snap not in wanted and snap != ALL:
             continue  # no query searches this snapshot: do not hold its text in memory
