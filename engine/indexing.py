@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from .experts import ExpertEnv, adapter_class
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
+from .secrets import policy_for
 from .spec import ConfigSet
 from .workspace import Workspace
 
@@ -53,7 +54,8 @@ def index_workspace(
     wanted = set(only or ())
     reports: list[IndexReport] = []
     with index_lock(ws.data_dir):
-        current = scan_workspace(ws)
+        policy = policy_for(ws.data_dir, cfg.raw_experts)
+        current = scan_workspace(ws, policy)
         experts = [
             (name, adapter_class(spec.adapter)(spec, env))
             for name, spec in sorted(cfg.experts.items())
@@ -67,7 +69,7 @@ def index_workspace(
                 continue
             bar = _Bar(progress)
             accept = getattr(expert, "accepts", None)
-            reports.append(update_index(name, make(), ws, current, progress=bar, accept=accept))
+            reports.append(update_index(name, make(), ws, current, progress=bar, accept=accept, policy=policy))
     return reports
 
 

@@ -31,10 +31,11 @@ from .nodes.classify import classify, rules_fingerprint
 from .nodes.receipt import write_receipt
 from .receipts import load_or_create_key
 from .scheduler import run_graph
+from .secrets import policy_for
 from .spec import ConfigSet, ExpertSpec, PipelineSpec, load_config, parse_request
 from .store import Store
 from .types import Evidence, Request, canonical_json, sha256_hex
-from .workspace import Workspace, normalize_scope_path
+from .workspace import Workspace, check_scope_path
 
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
@@ -200,8 +201,10 @@ class Router:
         version = cfg.config_version(spec, rules_fingerprint())
         try:
             req = request if isinstance(request, Request) else parse_request(request)
-            self.workspace.scoped_projects(req.scope, dict(cfg.priors.groups))  # validates project/group
-            normalize_scope_path(req.scope.path)
+            projects = self.workspace.scoped_projects(req.scope, dict(cfg.priors.groups))  # validates project/group
+            # a scope path that resolves outside its project (symlinks too) or names a withheld file
+            policy = policy_for(self.workspace.data_dir, cfg.raw_experts)
+            check_scope_path(projects, req.scope.path, policy, self.workspace.data_dir)
         except InvalidRequest as exc:
             return await self._receipted_failure(spec, cfg, version, request, exc, created_at)
         state = RunState(

@@ -11,11 +11,14 @@ side by side (their outcomes merge; each expert runs in exactly one of them).
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
 from ..experts.base import expert_errors
+from ..screen import screen
+from ..secrets import policy_for
 from ..spec import ConfigSet, PipelineSpec
 from ..types import ExpertOutcome, Query
 from .base import Node, RunState, node_kind
@@ -68,6 +71,21 @@ class FanoutNode(Node):
                 with anyio.fail_after(timeout_ms / 1000):
                     with expert_errors(name):
                         items = await expert.search(query, outcome.sub_query)
+                        # containment + secrets policy, for every expert alone (engine/screen.py)
+                        policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+                        screened = await anyio.to_thread.run_sync(
+                            partial(
+                                screen,
+                                items,
+                                query.projects,
+                                policy,
+                                adapter=spec.adapter,
+                                data_dir=state.workspace.data_dir,
+                            ),
+                            abandon_on_cancel=True,
+                        )
+                        items, outcome.withheld = screened.items, dict(screened.counts)
+                        policy.save_soon()
             except TimeoutError:
                 raise ExpertTimeout(f"no answer within {timeout_ms:.0f} ms", expert=name) from None
             with expert_errors(name):
