@@ -9,6 +9,7 @@ live in :mod:`engine.graph`. This module imports no runtime code.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -193,6 +194,15 @@ class ConfigSet:
         )
 
 
+def _check_secret_patterns(raw: Mapping[str, Any], file: Path) -> None:
+    """``secrets.patterns`` must compile: a bad regex fails at load, naming file and path."""
+    for i, pattern in enumerate((raw.get("secrets") or {}).get("patterns", ())):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SchemaError(f"not a valid regex: {exc}", file=str(file), path=f"secrets/patterns/{i}") from None
+
+
 def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
     return {
         name: ExpertSpec(
@@ -252,6 +262,7 @@ def load_config(root: Path) -> ConfigSet:
     """Load experts.yaml, priors.yaml and every pipelines/*.yaml under ``root``."""
     root = root.resolve()
     raw_experts = load_yaml(root / "experts.yaml", "experts")
+    _check_secret_patterns(raw_experts, root / "experts.yaml")
     experts = _expert_specs(raw_experts)
     raw_priors = load_yaml(root / "priors.yaml", "priors")
     priors = _priors(raw_priors, root / "priors.yaml", experts)

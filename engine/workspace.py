@@ -170,6 +170,23 @@ def discover_projects(root: Path) -> list[Project]:
     return [Project(root.name, root, False)]
 
 
+def skipped_folders(root: Path) -> list[tuple[str, str]]:
+    """Folders of a multi-project workspace root that are not served, and why (``engine doctor``)."""
+    if (root / ".git").exists() or not any((d / ".git").exists() for d in root.iterdir() if d.is_dir()):
+        return []  # the root is one project (git or not): everything under it is served
+    out = []
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or (d / ".git").exists() or d.name in EXCLUDED_DIRS or d.name.startswith("."):
+            continue
+        out.append(
+            (
+                str(d),
+                "not a git repo beside git repos: not served; pass it with --workspace to serve it without history",
+            )
+        )
+    return out
+
+
 def normalize_scope_path(path: str | None) -> str | None:
     """A scope path is a relative prefix inside a project; anything escaping it is rejected."""
     if path is None:
