@@ -23,6 +23,11 @@ from ..spec import ConfigSet, PipelineSpec
 from ..types import ExpertOutcome, Query
 from .base import Node, RunState, node_kind
 
+#: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the
+#: late experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
+#: benchmarks/budget_overrun.py: without it the p99 overrun was 36 ms, with it under 10 ms.
+BUDGET_TAIL_MS = 25.0
+
 
 def build_query(state: RunState) -> Query:
     c = state.classification
@@ -66,6 +71,8 @@ class FanoutNode(Node):
             with expert_errors(name):
                 outcome.sub_query = expert.plan(query)
             left = state.deadline_ms()
+            if left is not None:  # the budget is end to end: leave the tail (kill, fuse, sign) its time
+                left -= BUDGET_TAIL_MS
             timeout_ms = spec.timeout_ms if left is None else max(1.0, min(spec.timeout_ms, left))
             try:
                 with anyio.fail_after(timeout_ms / 1000):
