@@ -9,7 +9,10 @@ Walks the text files under DIR (< 2 MB, no NUL byte, ``.git`` skipped) and repor
 * **--compare N**: on the first N files, detect-secrets' own ``scan_file`` with the same plugins
   (no prefilter): its speed, and every file where the two verdicts differ (should be none);
 * **all plugins**: how many files the plugins the policy leaves out (high-entropy strings, public
-  IPs) would add, which is why they are left out.
+  IPs) would add, which is why they are left out;
+* **--live QUESTION**: the live cost — ripgrep's items for QUESTION over the first DIR as a
+  workspace, screened (engine/screen.py) with no saved verdict and with the verdicts
+  ``engine index`` saved in its data dir (run ``engine index -w DIR`` first).
 
 Numbers in docs/adr/0005-secrets-detector.md come from this script.
 """
@@ -86,12 +89,44 @@ def detect_secrets_pass(files: list[tuple[Path, str]], plugins: list[str]) -> tu
     return found, seconds
 
 
+def live_pass(root: Path, question: str) -> dict[str, Any]:
+    import anyio
+
+    from engine.experts import ExpertEnv, adapter_class
+    from engine.nodes.classify import classify
+    from engine.screen import screen
+    from engine.spec import load_config
+    from engine.types import Query, Scope
+    from engine.workspace import Workspace
+
+    ws = Workspace.open([root])
+    cfg = load_config(Path(__file__).resolve().parent.parent)
+    rg = adapter_class("ripgrep")(cfg.experts["ripgrep"], ExpertEnv(ws))
+    c = classify(question, 0.5)
+    query = Query(question, c.klass, c.features, Scope(), ws.projects, limit=60)
+    items = anyio.run(rg.search, query, rg.plan(query))
+    out: dict[str, Any] = {"items": len(items), "files": len({(i.project, i.path) for i in items})}
+    for label, cache in (("no_saved_verdicts_ms", None), ("saved_verdicts_ms", ws.data_dir / "secrets")):
+        policy = SecretsPolicy(cache_dir=cache)
+        started = time.perf_counter()
+        screen(items, ws.projects, policy, adapter="ripgrep", data_dir=ws.data_dir)
+        out[label] = round((time.perf_counter() - started) * 1000, 2)
+        started = time.perf_counter()
+        screen(items, ws.projects, policy, adapter="ripgrep", data_dir=ws.data_dir)
+        out[label.replace("_ms", "_again_ms")] = round((time.perf_counter() - started) * 1000, 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("roots", nargs="+", type=Path)
     ap.add_argument("--compare", type=int, default=0, help="also run detect-secrets' own scan_file on N files")
+    ap.add_argument("--live", metavar="QUESTION", help="also time screening ripgrep's items for QUESTION")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.live:
+        live = live_pass(args.roots[0], args.live)
+        print(json.dumps(live) if args.json else f"live: {live}")
     files = text_files(args.roots)
     result: dict[str, Any] = {"engine": engine_pass(files)}
     if args.compare:

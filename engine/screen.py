@@ -52,6 +52,7 @@ def screen(
     by_name = {p.name: p for p in projects}
     out = Screened()
     scan_text = adapter not in TRUSTED_CONTENT
+    reasons: dict[tuple[str, str], str | None] = {}  # an expert returns many regions of one file
     for e in items:
         if e.kind == "commit":
             out.items.append(_commit(e, by_name, policy, data_dir, out.counts))
@@ -60,7 +61,10 @@ def screen(
         if project is None and _URL.match(e.path):  # external documentation named by URL
             out.items.append(_redacted(e, policy, out.counts))
             continue
-        reason = _file_reason(project, e.path, policy, data_dir)
+        key = (e.project, e.path)
+        if key not in reasons:
+            reasons[key] = _file_reason(project, e.path, policy, data_dir)
+        reason = reasons[key]
         if reason is None and scan_text and policy.findings(e.content, e.path):
             reason = "secret"
         if reason:

@@ -238,6 +238,12 @@ class _Detector:
                         yield Finding(n, f"content:{secret.type}", secret.secret_value or "")
 
 
+def _globs_regex(globs: Mapping[str, str]) -> re.Pattern[str] | None:
+    if not globs:
+        return None
+    return re.compile("|".join(f"(?P<{k}>{fnmatch.translate(g.lower())})" for k, g in globs.items()))
+
+
 def _compile_patterns(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
     out = []
     for i, p in enumerate(patterns):
@@ -256,6 +262,10 @@ class SecretsPolicy:
     ) -> None:
         self.globs = tuple(NAME_GLOBS) + tuple(extra_globs)
         self.patterns = _compile_patterns(extra_patterns)
+        # globs → one alternation per kind (file name / project-relative path), a named group each
+        self._glob_of = {f"g{i}": g for i, g in enumerate(self.globs)}
+        self._name_rx = _globs_regex({k: g for k, g in self._glob_of.items() if "/" not in g})
+        self._path_rx = _globs_regex({k: g for k, g in self._glob_of.items() if "/" in g})
         # one file per policy: two configs sharing a data dir never overwrite each other's verdicts
         digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:12]
         self.cache_file = cache_dir / f"verdicts-{digest}.json" if cache_dir is not None else None
@@ -266,14 +276,12 @@ class SecretsPolicy:
 
     # ------------------------------------------------------------------ names
     def name_rule(self, rel: str) -> str | None:
-        """The name rule withholding project-relative ``rel``, or None."""
+        """The name rule withholding project-relative ``rel``, or None (one compiled regex per kind)."""
         path = PurePosixPath(rel.replace("\\", "/"))
-        name = path.name.lower()
-        full = path.as_posix().lower()
-        for g in self.globs:
-            target = full if "/" in g else name
-            if fnmatch.fnmatchcase(target, g.lower()):
-                return f"name:{g}"
+        for rx, target in ((self._name_rx, path.name), (self._path_rx, path.as_posix())):
+            m = rx.match(target.lower()) if rx is not None else None
+            if m is not None and m.lastgroup is not None:
+                return f"name:{self._glob_of[m.lastgroup]}"
         return None
 
     # ------------------------------------------------------------------ content
