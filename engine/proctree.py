@@ -6,8 +6,8 @@ unique environment variable (:data:`TAG_VAR`), inherited by all its descendants 
 or group they move to; :func:`kill_tagged` sweeps ``/proc`` for it and SIGKILLs what it finds.
 
 At a deadline there is no SIGTERM grace: the budget is spent, and a tool that ignores SIGTERM
-must not stretch it (the old SIGTERM → 0.3 s → SIGKILL ladder cost 309 ms on a 1,000 ms budget;
-``benchmarks/budget_overrun.py``). Search tools are read-only, so nothing is lost by SIGKILL.
+must not stretch it (the old SIGTERM → 0.3 s → SIGKILL ladder: p50 overrun 326 ms on a 1,000 ms
+budget; ``benchmarks/budget_overrun.py``). Search tools are read-only: SIGKILL loses nothing.
 
 Limit: a descendant that ``exec``s with a scrubbed environment (``env -i``) loses the tag; it is
 still killed when it stayed in the process group. Linux only (``/proc``); elsewhere only the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Mapping
 
@@ -65,13 +66,9 @@ def kill_tagged(tag: str, *, rounds: int = 5) -> int:
     """SIGKILL every process carrying ``tag``; sweep again while a sweep finds a new one (a child
     forked mid-sweep). A process already signalled may still show for a moment while the kernel
     tears it down: it does not cost another round. Returns how many were signalled."""
-    return _sweep(tag, set(), rounds)
-
-
-def _sweep(tag: str, killed: set[int], rounds: int, first: list[int] | None = None) -> int:
+    killed: set[int] = set()
     for _ in range(rounds):
-        new = first if first is not None else tagged_pids(tag, killed)
-        first = None
+        new = tagged_pids(tag, killed)
         if not new:
             break
         for pid in new:
@@ -87,9 +84,13 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def kill_tree(pid: int, tag: str) -> int:
-    """The whole tree: find the tagged processes while none is dying (see :func:`tagged_pids`),
-    then SIGKILL the group and each of them, then sweep for any forked meanwhile."""
-    first = tagged_pids(tag)
+def kill_tagged_soon(tag: str) -> None:
+    """:func:`kill_tagged` from a thread, so the caller does not wait for the ``/proc`` scan (a
+    non-daemon thread: it finishes before the process exits)."""
+    threading.Thread(target=kill_tagged, args=(tag,), name=f"kill-{tag[-8:]}").start()
+
+
+def kill_tree_soon(pid: int, tag: str) -> None:
+    """At a deadline: SIGKILL the group now, and every tagged descendant right after."""
     kill_group(pid)
-    return _sweep(tag, {pid}, 5, first)
+    kill_tagged_soon(tag)

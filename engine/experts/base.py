@@ -132,12 +132,15 @@ async def run_process(
     ok_codes: Sequence[int] = (0,),
     env: dict[str, str] | None = None,
     max_output: int = 50_000_000,
+    sweep_on_exit: bool = True,
 ) -> ProcessResult:
     """Run argv (never a shell) in its own session, its environment tagged (:mod:`engine.proctree`).
 
     When cancelled (the deadline), the whole tree is SIGKILLed at once; when the process exits,
-    any descendant it left behind (``setsid cmd &``) is killed too, so nothing outlives the call
-    and no leftover holding our pipes can keep us waiting.
+    any descendant it left behind (``setsid cmd &``) is killed too (from a thread: the ``/proc``
+    scan costs the answer nothing), so nothing outlives the call and no leftover holding our
+    pipes can keep us waiting. ``sweep_on_exit=False`` is for the engine's own binaries (rg, git),
+    which leave nothing behind and run many times per request.
 
     Raises ExpertUnavailable when the binary is missing and ExpertFailed on an exit code not in
     ``ok_codes`` (with the tail of stderr).
@@ -163,8 +166,8 @@ async def run_process(
             tg.start_soon(pump, proc.stdout, out)
             tg.start_soon(pump, proc.stderr, err)
             await proc.wait()
-            # exited: a descendant it left (which may hold our pipes open) goes now
-            proctree.kill_tagged(tag)
+            if sweep_on_exit:  # a descendant it left (which may hold our pipes open) goes now
+                proctree.kill_tagged_soon(tag)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await _kill_tree(proc, tag)
@@ -178,8 +181,8 @@ async def run_process(
 
 
 async def _kill_tree(proc: Any, tag: str) -> None:
-    """SIGKILL the group and every tagged descendant now (no SIGTERM grace: the budget is spent),
-    then reap the process, briefly — a SIGKILLed process is gone within milliseconds."""
-    proctree.kill_tree(proc.pid, tag)
+    """SIGKILL the group now and every tagged descendant right after (no SIGTERM grace: the budget
+    is spent), then reap the process, briefly — a SIGKILLed process is gone within milliseconds."""
+    proctree.kill_tree_soon(proc.pid, tag)
     with anyio.move_on_after(1.0):
         await proc.wait()

@@ -143,7 +143,12 @@ class RipgrepExpert(Expert):
                 target = real.relative_to(contained(project.root, ".") or project.root).as_posix() or "."
             # rg exits 1 when nothing matched: a valid empty answer, not a failure
             res = await run_process(
-                [*argv[:-1], target], expert=self.name, cwd=project.root, ok_codes=(0, 1), max_output=MAX_OUTPUT_BYTES
+                [*argv[:-1], target],
+                expert=self.name,
+                cwd=project.root,
+                ok_codes=(0, 1),
+                max_output=MAX_OUTPUT_BYTES,
+                sweep_on_exit=False,
             )
             # parsing is CPU work: off the event loop, so the deadline can still cancel the wait
             results[project.name] = await anyio.to_thread.run_sync(

@@ -25,7 +25,7 @@ from .base import Node, RunState, node_kind
 
 #: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the
 #: late experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
-#: benchmarks/budget_overrun.py: without it the p99 overrun was 36 ms, with it under 10 ms.
+#: benchmarks/budget_overrun.py (numbers in docs/security.md): p99 overrun 15 ms at 1,000 ms.
 BUDGET_TAIL_MS = 25.0
 
 
