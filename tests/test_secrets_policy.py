@@ -57,6 +57,8 @@ def test_indexers_never_see_withheld_files_and_ordinary_files_stay(attacked: Pat
         manifest = json.loads((ws.data_dir / "index" / name / "manifest.json").read_text())
         assert "alpha:alpha/prod_settings.py" not in manifest["files"]
         assert "alpha:alpha/storage.py" in manifest["files"]
+        # the index walk follows no symlink: neither out of the project nor in to a secret
+        assert not [k for k in manifest["files"] if "_link" in k or "outside_dir" in k], manifest["files"]
     for pipeline in ("router", "conceptual", "identifier"):
         r = ask(config_dir, attacked, "AWS_SECRET_ACCESS_KEY prod settings secret access key", pipeline=pipeline)
         assert not any("prod_settings" in it["path"] for it in r.response["items"])
