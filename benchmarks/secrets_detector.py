@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.secrets import NOISY_PLUGINS, SecretsPolicy, _Detector
+from engine.secret_scan import NOISY_PLUGINS, Detector
+from engine.secrets import SecretsPolicy
 
 
 def text_files(roots: list[Path]) -> list[tuple[Path, str]]:
@@ -49,7 +50,7 @@ def text_files(roots: list[Path]) -> list[tuple[Path, str]]:
 def engine_pass(files: list[tuple[Path, str]]) -> dict[str, Any]:
     policy = SecretsPolicy()
     started = time.perf_counter()
-    _Detector.get()
+    Detector.get()
     init_s = time.perf_counter() - started
     started = time.perf_counter()
     flagged: dict[str, str] = {}
@@ -131,7 +132,7 @@ def main() -> None:
     result: dict[str, Any] = {"engine": engine_pass(files)}
     if args.compare:
         sample = files[: args.compare]
-        used = sorted(type(p).__name__ for p in _Detector.get().plugins)
+        used = sorted(type(p).__name__ for p in Detector.get().plugins)
         theirs, seconds = detect_secrets_pass(sample, used)
         ours = {str(f) for f, _ in sample if str(f) in result["engine"]["flagged_files"]}
         result["detect_secrets_scan_file"] = {

@@ -9,14 +9,13 @@ false-positive filters and ``# pragma: allowlist secret``), plus the workspace's
 ``secrets.patterns`` regexes. Text that is not a file (a commit subject, body or diff hunk, an
 external tool's snippet) is *redacted* instead.
 
-detect-secrets runs every plugin on every line through a dependency-injection layer: 14 files/s
-over the requests sdist. Here each plugin's own regexes (and the keyword plugin's words) first
-find the few candidate lines in C, and only those go through detect-secrets' full per-line
-analysis with their context — same verdicts, ~200x faster (docs/adr/0005-secrets-detector.md).
+Content scanning is :class:`engine.secret_scan.Detector`: detect-secrets behind a prefilter made
+of its own regexes — the same verdicts, 30–40x faster than its ``scan_file``
+(docs/adr/0005-secrets-detector.md).
 
 Verdicts are cached per file by (real path, size, mtime) in memory and in
-``<data dir>/secrets/verdicts-<policy>.json``, which ``engine index`` fills for the whole workspace, so a
-live expert pays for a file once. A verdict is ``None`` (served) or a *rule*
+``<data dir>/secrets/verdicts-<policy>.json``, which ``engine index`` fills for the whole
+workspace, so a live expert pays for a file once. A verdict is ``None`` (served) or a *rule*
 (``name:*.pem``, ``content:AWS Access Key (line 3)``, ``pattern:ACME-…``) — never the secret.
 
 Use :func:`policy_for` to get the policy of a workspace + config; everything else is methods.
@@ -32,12 +31,12 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import SpecError
+from .secret_scan import NOISY_PLUGINS, Detector, Finding
 
 #: file names that hold key material or credentials (matched case-insensitively against the file
 #: name, or against the project-relative path when the glob has a ``/``). ``id_*`` is limited to
@@ -83,9 +82,6 @@ NAME_GLOBS = (
     "*.tfstate.*",
     "service-account*.json",
 )
-#: detect-secrets plugins left out: on ordinary source they flag hashes, fixtures and example IPs,
-#: and a flag withholds a whole file (measured in docs/adr/0005-secrets-detector.md)
-NOISY_PLUGINS = frozenset({"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"})
 _PRIVATE_KEY_BLOCK = re.compile(
     r"-----BEGIN[A-Z ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z ]*PRIVATE KEY[A-Z ]*-----|\Z)", re.DOTALL
 )
@@ -93,149 +89,6 @@ REDACTED = "[REDACTED]"
 FREE_TEXT_AS = ("text.py", "text.yaml")
 MAX_SCAN_BYTES = 2_000_000  # larger files are never indexed or returned (workspace.MAX_FILE_BYTES)
 _CACHE_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One secret found in a text: where it is and which rule found it (never its value)."""
-
-    line: int  # 1-based
-    rule: str
-    value: str  # the matched secret, kept only in memory for redaction; never reported
-
-    def describe(self) -> str:
-        return f"{self.rule} (line {self.line})"
-
-
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-
-
-def _lower_pattern(pattern: str) -> str:
-    """A case-insensitive regex as a lower-case one for ASCII-lowered text (escapes such as ``\\W`` kept)."""
-    return re.sub(r"\\.|[A-Z]", lambda m: m.group(0) if m.group(0).startswith("\\") else m.group(0).lower(), pattern)
-
-
-def _leading_group(pattern: str) -> str | None:
-    """The balanced ``(...)`` group ``pattern`` starts with, or None."""
-    depth, i = 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":  # a character class: parentheses inside are literal
-            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
-            j += pattern[j : j + 1] == "]"
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return pattern[: i + 1]
-        i += 1
-    return None
-
-
-def _weak_prefix_stripped(pattern: str) -> str:
-    """Drop leading groups that are optional, zero-width or single characters (``(?:\\s|=|:|^)``).
-
-    Any match of ``A·B`` contains a match of ``B`` on the same line, so the result is a superset
-    prefilter; what it gains is a literal first token, which Python's regex engine scans for fast.
-    """
-    while pattern.startswith("(?:"):
-        group = _leading_group(pattern)
-        rest = pattern[len(group) :] if group else ""
-        if not group or not rest or rest[0] in "?*+{":
-            break
-        body = group[3:-1]
-        alternatives = body.split("|") if "(" not in body else []
-        weak = (
-            group.endswith("|)")
-            or re.fullmatch(r"\(\?:(?:\(\?<[=!][^()]*\)\|?)+\)", group) is not None
-            or (bool(alternatives) and all(len(a) <= 2 for a in alternatives))
-        )
-        if not weak:
-            break
-        pattern = rest
-    return pattern
-
-
-class _Detector:
-    """detect-secrets, configured once per process, with a regex prefilter per plugin."""
-
-    _lock = threading.Lock()
-    _ready: _Detector | None = None
-
-    def __init__(self) -> None:
-        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-        from detect_secrets.plugins.keyword import DENYLIST
-        from detect_secrets.settings import get_plugins, get_settings
-
-        classes: list[type] = list(get_mapping_from_secret_type_to_class().values())
-        names = sorted(c.__name__ for c in classes)
-        get_settings().configure_plugins([{"name": n} for n in names if n not in NOISY_PLUGINS])
-        get_plugins.cache_clear()
-        self.plugins = list(get_plugins())
-        # (pattern, runs on ASCII-lowered text?) — Python's IGNORECASE matching costs ~25x, so a
-        # case-insensitive plugin regex is lowered once and run on text lowered once
-        prefilters: list[tuple[re.Pattern[str], bool]] = []
-        for plugin in self.plugins:
-            denylist = getattr(plugin, "denylist", None)
-            if denylist is None:  # the keyword plugin: a line must name a secret-sounding word
-                prefilters.append((re.compile("|".join(DENYLIST)), True))
-                continue
-            for rx in denylist:
-                source = _weak_prefix_stripped(rx.pattern)
-                if rx.flags & re.IGNORECASE:
-                    prefilters.append((re.compile(_lower_pattern(source), rx.flags & ~re.IGNORECASE), True))
-                else:
-                    prefilters.append((re.compile(source, rx.flags), False))
-        self.prefilters = prefilters
-        from detect_secrets.__version__ import VERSION
-
-        self.fingerprint = f"detect-secrets {VERSION}: " + ",".join(sorted(type(p).__name__ for p in self.plugins))
-
-    @classmethod
-    def get(cls) -> _Detector:
-        with cls._lock:
-            if cls._ready is None:
-                cls._ready = cls()
-            return cls._ready
-
-    def findings(self, text: str, filename: str) -> Iterator[Finding]:
-        """Secrets in ``text``, line by line (``filename`` picks the keyword plugin's file-type rules)."""
-        from detect_secrets.core.scan import _is_filtered_out, _scan_line
-        from detect_secrets.util.code_snippet import get_code_snippet
-
-        starts = [0, *(m.end() for m in re.finditer("\n", text))]
-        lowered = text.translate(_ASCII_LOWER)  # same length: match offsets stay valid
-        candidates: set[int] = set()
-        for rx, on_lowered in self.prefilters:
-            for m in rx.finditer(lowered if on_lowered else text):
-                candidates.add(bisect.bisect_right(starts, m.start()))  # 1-based line number
-        if not candidates:
-            return
-        lines = text.split("\n")
-        for n in sorted(candidates):
-            line = lines[n - 1].rstrip()
-            snippet = get_code_snippet(lines=lines, line_number=n)
-            if _is_filtered_out(required_filter_parameters=["line"], filename=filename, line=line, context=snippet):
-                continue
-            for plugin in self.plugins:
-                for secret in _scan_line(plugin=plugin, filename=filename, line=line, line_number=n, context=snippet):
-                    if not _is_filtered_out(
-                        required_filter_parameters=["context"],
-                        filename=filename,
-                        secret=secret.secret_value,
-                        plugin=plugin,
-                        line=line,
-                        context=snippet,
-                    ):
-                        yield Finding(n, f"content:{secret.type}", secret.secret_value or "")
 
 
 def _globs_regex(globs: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -288,7 +141,7 @@ class SecretsPolicy:
     def findings(self, text: str, filename: str = "") -> list[Finding]:
         """Secrets in ``text``. Free text (no file name) is read with both the code rules
         (``key = "value"``) and the config rules (``key: value``) of the keyword plugin."""
-        detector = _Detector.get()
+        detector = Detector.get()
         found = [f for name in ([filename] if filename else FREE_TEXT_AS) for f in detector.findings(text, name)]
         if self.patterns:
             starts = [0, *(m.end() for m in re.finditer("\n", text))]
@@ -313,7 +166,7 @@ class SecretsPolicy:
 
         text = _PRIVATE_KEY_BLOCK.sub(block, text)
         lines = text.split("\n")
-        prefilters = _Detector.get().prefilters
+        prefilters = Detector.get().prefilters
         for f in self.findings(text, filename):
             line = lines[f.line - 1]
             # the whole token a plugin matched (its reported value may be only a prefix group)
@@ -419,8 +272,3 @@ def policy_for(data_dir: Path, raw_experts: Mapping[str, Any] | None = None) -> 
         if key not in _POLICIES:
             _POLICIES[key] = SecretsPolicy(extra_globs=globs, extra_patterns=patterns, cache_dir=data_dir / "secrets")
         return _POLICIES[key]
-
-
-def rules_text(rules: Iterable[tuple[str, str]]) -> list[str]:
-    """``path: rule`` lines for reports (doctor)."""
-    return [f"{path}: {rule}" for path, rule in rules]

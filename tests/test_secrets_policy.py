@@ -13,7 +13,8 @@ import yaml
 
 from engine.index.build import scan_workspace
 from engine.indexing import index_workspace
-from engine.secrets import SecretsPolicy, _Detector, policy_for
+from engine.secret_scan import Detector
+from engine.secrets import SecretsPolicy, policy_for
 from engine.spec import load_config
 from engine.workspace import Workspace
 from tests.conftest import ROOT
@@ -169,7 +170,7 @@ def test_verdicts_are_cached_across_processes(tmp_path: Path, monkeypatch: pytes
     def no_detector() -> None:
         raise AssertionError("a cached verdict must not run the detector")
 
-    monkeypatch.setattr(_Detector, "get", no_detector)
+    monkeypatch.setattr(Detector, "get", no_detector)
     second = SecretsPolicy(cache_dir=tmp_path / "cache")  # as a new process would
     assert second.file_rule(f, "settings.py") == "content:AWS Access Key (line 1)"
     assert second.file_rule(clean, "clean.py") is None
