@@ -248,7 +248,11 @@ def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt:
         typer.echo(json.dumps(checks, indent=2, default=str))
     else:
         for c in checks:
-            typer.echo(f"{'ok ' if c['ok'] else 'FAIL'} {c['check']:<28} {c['detail']}")
+            status = "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
+            detail = c["detail"]
+            if isinstance(detail, list) and c.get("warn"):
+                detail = "".join(f"\n       {d}" for d in detail)
+            typer.echo(f"{status} {c['check']:<28} {detail}")
     raise typer.Exit(0 if all(c["ok"] for c in checks) else 1)
 
 

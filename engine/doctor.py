@@ -1,4 +1,9 @@
-"""``engine doctor``: what works here and what does not, before a question finds out."""
+"""``engine doctor``: what works here and what does not, before a question finds out.
+
+Each check is ``{"check", "ok", "detail"}``; ``"warn": true`` marks a check that passes but
+needs attention (a stale index, withheld files, folders not served). Only a failed check makes
+the command exit 1.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +20,11 @@ from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
 from .graph import build_graph
 from .index.build import freshness
+from .index.files import list_paths
 from .keys import INIT_FIX, KeyRing
+from .secrets import SecretsPolicy, policy_for
 from .store import open_store
-from .workspace import Workspace, rg_binary
+from .workspace import Workspace, contained, rg_binary, skipped_folders
 
 
 def _check(name: str, fn: Any) -> dict[str, Any]:
@@ -65,7 +72,13 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
             ).stdout.splitlines()[0],
         ),
         _check("git", lambda: shutil.which("git") or (_ for _ in ()).throw(OSError("git not on PATH"))),
-        _check("projects", lambda: [f"{p.name}{' (git)' if p.is_git else ''}" for p in ws.projects]),
+        _check(
+            "projects",
+            lambda: [
+                f"{p.name}{' (git)' if p.is_git else ' (not a git repo: served without history)'}" for p in ws.projects
+            ],
+        ),
+        _folders_not_served(ws),
         _check(
             "data dir writable",
             lambda: (
@@ -80,6 +93,7 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
     if not cfg_check["ok"]:
         return out
     cfg = cfg_check["detail"]
+    out.append(_withheld(ws, policy_for(ws.data_dir, cfg.raw_experts)))
     for spec in cfg.pipelines.values():
         out.append(_check(f"pipeline {spec.name}", lambda s=spec: f"{len(build_graph(s, cfg).nodes)} nodes"))
     env = ExpertEnv(ws)
@@ -96,5 +110,46 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
                 return freshness(inst.manifest_path, ws.projects)
             return f"{spec.adapter} ({', '.join(inst.capabilities()) or 'external'})"
 
-        out.append(_check(f"expert {name}", expert_state))
+        check = _check(f"expert {name}", expert_state)
+        out.append(_stale_warning(check))
     return out
+
+
+def _stale_warning(check: dict[str, Any]) -> dict[str, Any]:
+    """An index behind HEAD, or with files pending, passes with a warning that says how to fix it."""
+    fresh = check["detail"]
+    if not check["ok"] or not isinstance(fresh, dict):
+        return check
+    stale = sorted(n for n, p in fresh.get("projects", {}).items() if p.get("stale"))
+    pending = int(fresh.get("files_pending") or 0)
+    if not stale and not pending:
+        return check
+    why = ([f"stale for {', '.join(stale)} (indexed sha != HEAD)"] if stale else []) + (
+        [f"{pending} files pending"] if pending else []
+    )
+    return {**check, "warn": True, "detail": f"{'; '.join(why)}: run `engine index`", "freshness": fresh}
+
+
+def _folders_not_served(ws: Workspace) -> dict[str, Any]:
+    skipped = [f"{path}: {reason}" for root in ws.roots for path, reason in skipped_folders(root)]
+    if not skipped:
+        return {"check": "folders not served", "ok": True, "detail": "none"}
+    return {"check": "folders not served", "ok": True, "warn": True, "detail": skipped}
+
+
+def _withheld(ws: Workspace, policy: SecretsPolicy) -> dict[str, Any]:
+    """Every file the secrets policy withholds from the experts: path and rule, never the secret."""
+    try:
+        rows = []
+        for project in ws.projects:
+            for rel in list_paths(project, policy, withheld=True):
+                real = contained(project.root, rel)
+                rule = policy.name_rule(rel) or (policy.file_rule(real, rel) if real is not None else None)
+                if rule:
+                    rows.append(f"{project.name}/{rel}: {rule}")
+        policy.save()
+    except (EngineError, OSError, RuntimeError) as exc:
+        return {"check": "secrets withheld", "ok": False, "detail": str(exc)}
+    if not rows:
+        return {"check": "secrets withheld", "ok": True, "detail": "no file withheld"}
+    return {"check": "secrets withheld", "ok": True, "warn": True, "detail": rows}

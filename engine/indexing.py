@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
+from .secrets import policy_for
 from .spec import ConfigSet
 from .workspace import Workspace
 
@@ -51,7 +52,8 @@ def index_workspace(
     wanted = set(only or ())
     reports: list[IndexReport] = []
     with index_lock(ws.data_dir):
-        current = scan_workspace(ws)
+        policy = policy_for(ws.data_dir, cfg.raw_experts)
+        current = scan_workspace(ws, policy)
         experts: list[tuple[str, IndexedExpert]] = []
         for name, spec in sorted(cfg.experts.items()):
             if not spec.enabled or (wanted and name not in wanted) or not adapter_class(spec.adapter).needs_index:
@@ -63,7 +65,15 @@ def index_workspace(
         experts.sort(key=lambda ne: (ne[1].slow_index, ne[0]))
         for name, expert in experts:
             reports.append(
-                update_index(name, expert.indexer(), ws, current, progress=_Bar(progress), accept=expert.accepts)
+                update_index(
+                    name,
+                    expert.indexer(),
+                    ws,
+                    current,
+                    progress=_Bar(progress),
+                    accept=expert.accepts,
+                    policy=policy,
+                )
             )
     return reports
 

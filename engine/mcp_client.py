@@ -27,6 +27,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from . import proctree
 from .errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
 
 log = logging.getLogger("engine.mcp")
@@ -62,6 +63,8 @@ class McpConnection:
             raise ExpertUnconfigured("set exactly one of settings.command or settings.url", expert=expert)
         self.expert = expert
         self.command, self.env, self.cwd = command, dict(env or {}), cwd
+        # a stdio server and everything it starts carry this tag: killed as a tree (engine.proctree)
+        self.tag = proctree.new_tag()
         self.url, self.headers, self.protocol = url, dict(headers or {}), protocol
         self._guard = threading.Lock()
         self._portal: anyio.from_thread.BlockingPortal | None = None
@@ -80,10 +83,16 @@ class McpConnection:
             return await anyio.to_thread.run_sync(fut.result, abandon_on_cancel=True)
         except BaseException:
             fut.cancel()  # the caller's deadline (or shutdown) cancels the forwarded call as well
+            if self.command and not fut.done():
+                # a stdio server still busy at the deadline dies with its whole tree (setsid
+                # children included); the next call starts a fresh one
+                proctree.kill_tagged(self.tag)
             raise
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._close_portal)
+        if self.command:
+            proctree.kill_tagged(self.tag)  # whatever the server left behind
 
     def _ensure_portal(self) -> anyio.from_thread.BlockingPortal:
         with self._guard:
@@ -136,9 +145,8 @@ class McpConnection:
             http = httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(30.0, read=300.0))
             return Client(streamable_http_client(self.url, http_client=http), mode=self.protocol)
         assert self.command
-        params = StdioServerParameters(
-            command=self.command[0], args=list(self.command[1:]), env=self.env or None, cwd=self.cwd
-        )
+        env = {**self.env, proctree.TAG_VAR: self.tag}
+        params = StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=env, cwd=self.cwd)
         return Client(params, mode=self.protocol)
 
     async def _own_session(self, *, task_status: Any) -> None:

@@ -210,13 +210,20 @@ class BearerAuth:
     """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>`` (else 401)."""
 
     def __init__(self, app: Any, token: str) -> None:
+        if not token.strip():  # an empty token would let every request in
+            raise ValueError("the bearer token is empty")
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def _authorized(self, header: bytes) -> bool:
+        # RFC 7235: the scheme is case-insensitive ("bearer", "BEARER"); the token is compared whole
+        scheme, _, token = header.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.expected)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             got = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
-            if not hmac.compare_digest(got, self.expected):
+            if not self._authorized(got):
                 body = b'{"error":"unauthorized","message":"missing or wrong bearer token"}'
                 await send(
                     {

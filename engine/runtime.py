@@ -38,10 +38,11 @@ from .nodes.classify import rules_fingerprint
 from .nodes.receipt import write_receipt
 from .receipts import ReceiptLog
 from .scheduler import run_graph
+from .secrets import policy_for
 from .spec import ConfigSet, ExpertSpec, PipelineSpec, escape_undecodable, parse_request
 from .store import BenchmarkEvent, CacheEntry, Store, open_store
 from .types import Request, canonical_json, sha256_hex
-from .workspace import Workspace, normalize_scope_path
+from .workspace import Workspace, check_scope_path
 
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
@@ -240,8 +241,10 @@ class Router:
             req = parse_request(request.to_dict() if isinstance(request, Request) else request)
             if isinstance(request, Request):
                 req = request  # fields to_dict leaves out (no_cache) stay as the caller set them
-            self.workspace.scoped_projects(req.scope, dict(cfg.priors.groups))  # validates project/group
-            normalize_scope_path(req.scope.path)
+            projects = self.workspace.scoped_projects(req.scope, dict(cfg.priors.groups))  # validates project/group
+            # a scope path that resolves outside its project (symlinks too) or names a withheld file
+            policy = policy_for(self.workspace.data_dir, cfg.raw_experts)
+            check_scope_path(projects, req.scope.path, policy, self.workspace.data_dir)
         except InvalidRequest as exc:
             return self._receipted_failure(spec, cfg, version, request, exc, created_at, started)
         state = RunState(

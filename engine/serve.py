@@ -298,6 +298,9 @@ def serve(
     """Run the server until stdin closes (stdio) or it is interrupted (http)."""
     if transport not in ("stdio", "http"):
         raise SpecError(f"unknown transport {transport!r}; use stdio or http")
+    if token is not None and (not token.strip() or token != token.strip()):
+        # an empty or blank --token / ENGINE_MCP_TOKEN would silently mean "no auth"
+        raise SpecError("the HTTP token is empty or has surrounding whitespace; give a real token or none")
     if transport == "http" and not is_loopback(host) and not token:
         raise SpecError(
             f"binding {host} (not loopback) requires --token; every request must then carry "

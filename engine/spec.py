@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -22,6 +22,7 @@ import yaml
 
 from .errors import InvalidRequest, SchemaError, SpecError
 from .types import Budget, Request, Scope, canonical_json, sha256_hex
+from .workspace import LANGUAGES
 
 
 @cache
@@ -202,6 +203,15 @@ class ConfigSet:
         )
 
 
+def _check_secret_patterns(raw: Mapping[str, Any], file: Path) -> None:
+    """``secrets.patterns`` must compile: a bad regex fails at load, naming file and path."""
+    for i, pattern in enumerate((raw.get("secrets") or {}).get("patterns", ())):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SchemaError(f"not a valid regex: {exc}", file=str(file), path=f"secrets/patterns/{i}") from None
+
+
 def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
     return {
         name: ExpertSpec(
@@ -261,6 +271,7 @@ def load_config(root: Path) -> ConfigSet:
     """Load experts.yaml, priors.yaml and every pipelines/*.yaml under ``root``."""
     root = root.resolve()
     raw_experts = load_yaml(root / "experts.yaml", "experts")
+    _check_secret_patterns(raw_experts, root / "experts.yaml")
     experts = _expert_specs(raw_experts)
     raw_priors = load_yaml(root / "priors.yaml", "priors")
     priors = _priors(raw_priors, root / "priors.yaml", experts)
@@ -348,12 +359,8 @@ def parse_request(data: Any) -> Request:
             missing = err.message.split("'")[1] if "'" in err.message else "question"
             path = [missing]
         fld = ".".join(str(p) for p in path) or "(request)"
-        msg = err.message
-        if fld == "question" and err.validator in ("minLength", "pattern"):
-            msg = "question is empty or whitespace only"
-        if len(msg) > 300:
-            msg = msg[:300] + "…"
-        raise InvalidRequest(f"{fld}: {msg}", field=fld)
+        raise InvalidRequest(f"{fld}: {_schema_message(err, fld)}", field=fld)
+    _check_request_values(data)
     scope, budget = data.get("scope", {}), data.get("budget", {})
     intent = data.get("intent")
     return Request(
@@ -368,6 +375,43 @@ def parse_request(data: Any) -> Request:
         session_id=data.get("session_id"),
         no_cache=data.get("no_cache", False),
     )
+
+
+def _schema_message(err: jsonschema.ValidationError, fld: str) -> str:
+    """A short, plain reason: never the caller's whole (maybe huge) value echoed back."""
+    if fld == "question" and err.validator in ("minLength", "pattern"):
+        return "question is empty or whitespace only"
+    if err.validator == "maxLength" and isinstance(err.instance, str):
+        return f"too long ({len(err.instance)} > {err.validator_value} characters)"
+    if err.validator in ("maximum", "minimum"):
+        side = "above the maximum" if err.validator == "maximum" else "below the minimum"
+        return f"{err.instance!r} is {side} {err.validator_value}"
+    msg = str(err.message)
+    return msg[:300] + "…" if len(msg) > 300 else msg
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}" if path else str(k))
+
+
+def _check_request_values(data: dict[str, Any]) -> None:
+    """What the schema cannot say: no NUL anywhere (it cannot reach a process or a path), a question
+    with something to search for, a scope language the engine knows."""
+    for fld, value in _strings(data, ""):
+        if "\x00" in value:
+            raise InvalidRequest(f"{fld}: contains a NUL character", field=fld)
+    if not any(ch.isalnum() for ch in data["question"]):
+        raise InvalidRequest("question: has no letter or digit to search for", field="question")
+    language = (data.get("scope") or {}).get("language")
+    if language is not None and language.lower() not in LANGUAGES:
+        raise InvalidRequest(
+            f"scope.language: unknown language {language!r}; known: {', '.join(sorted(LANGUAGES))}",
+            field="scope.language",
+        )
 
 
 @cache

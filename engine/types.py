@@ -210,6 +210,7 @@ class ExpertOutcome:
     error_class: str | None = None
     error: str | None = None
     freshness: dict[str, Any] | None = None
+    withheld: dict[str, int] = field(default_factory=dict)  # items dropped/redacted by engine.screen
 
     def to_receipt(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -223,4 +224,6 @@ class ExpertOutcome:
             out["error"] = (self.error or "")[:500]
         if self.freshness is not None:
             out["freshness"] = self.freshness
+        if self.withheld:
+            out["withheld"] = dict(sorted(self.withheld.items()))
         return out

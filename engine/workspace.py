@@ -9,7 +9,6 @@ language of a path, and scope resolution that can never escape the workspace.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shutil
@@ -19,40 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import ExpertUnavailable, InvalidRequest
+from .secrets import SecretsPolicy
 from .types import Project, Scope
 
 DATA_DIR_NAME = ".engine"
+#: the default name rules (no workspace config): enough to tell what is never listed or returned
+DEFAULT_NAMES = SecretsPolicy()
+#: folders a scope may never point into: VCS internals and the data dir (keys, receipts)
+PRIVATE_DIRS = {".git", ".hg", ".svn", DATA_DIR_NAME}
 
-#: never indexed or returned, whatever the config says (DESIGN §8)
-SECRET_GLOBS = (
-    ".env",
-    ".env.*",
-    "*.env",
-    "*.pem",
-    "*.key",
-    "*.pfx",
-    "*.p12",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    "*.keystore",
-    "*.jks",
-    ".netrc",
-    ".pgpass",
-    "credentials.json",
-    "*.kdbx",
-    "signing_key*",
-    "*.gpg",
-)
-#: content a secret scanner would flag (a file containing one is skipped entirely)
-SECRET_PATTERNS = re.compile(
-    rb"-----BEGIN (?:RSA |EC |DSA |OPENSSH |PGP |ENCRYPTED )?PRIVATE KEY-----"
-    rb"|AKIA[0-9A-Z]{16}"
-    rb"|ghp_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{40,}"
-    rb"|xox[baprs]-[A-Za-z0-9-]{10,}"
-    rb"|sk-[A-Za-z0-9]{32,}"
-)
 EXCLUDED_DIRS = {
     ".git",
     DATA_DIR_NAME,
@@ -109,19 +83,18 @@ def is_test_file(path: str) -> bool:
     return bool(_TEST_RE.search(path))
 
 
-def is_secret_path(path: str) -> bool:
-    name = PurePosixPath(path).name
-    return any(fnmatch.fnmatch(name, g) for g in SECRET_GLOBS)
+def in_excluded_dir(path: str) -> bool:
+    return any(p in EXCLUDED_DIRS for p in PurePosixPath(path).parts[:-1])
 
 
 def is_excluded(path: str) -> bool:
-    """Paths the engine never indexes or returns (relative, posix)."""
-    parts = PurePosixPath(path).parts
-    return any(p in EXCLUDED_DIRS for p in parts[:-1]) or is_secret_path(path)
+    """Paths the engine never indexes or returns by their name alone (relative, posix): excluded
+    folders and the secrets policy's default name rules. Content rules: :mod:`engine.secrets`."""
+    return in_excluded_dir(path) or DEFAULT_NAMES.name_rule(path) is not None
 
 
-def looks_binary_or_secret(data: bytes) -> bool:
-    return b"\x00" in data[:8192] or bool(SECRET_PATTERNS.search(data))
+def looks_binary(data: bytes) -> bool:
+    return b"\x00" in data[:8192]
 
 
 def rg_binary() -> str:
@@ -197,6 +170,23 @@ def discover_projects(root: Path) -> list[Project]:
     return [Project(root.name, root, False)]
 
 
+def skipped_folders(root: Path) -> list[tuple[str, str]]:
+    """Folders of a multi-project workspace root that are not served, and why (``engine doctor``)."""
+    if (root / ".git").exists() or not any((d / ".git").exists() for d in root.iterdir() if d.is_dir()):
+        return []  # the root is one project (git or not): everything under it is served
+    out = []
+    for d in sorted(root.iterdir()):
+        if not d.is_dir() or (d / ".git").exists() or d.name in EXCLUDED_DIRS or d.name.startswith("."):
+            continue
+        out.append(
+            (
+                str(d),
+                "not a git repo beside git repos: not served; pass it with --workspace to serve it without history",
+            )
+        )
+    return out
+
+
 def normalize_scope_path(path: str | None) -> str | None:
     """A scope path is a relative prefix inside a project; anything escaping it is rejected."""
     if path is None:
@@ -228,11 +218,49 @@ def in_scope(path: str, scope: Scope) -> bool:
     return True
 
 
+def contained(root: Path, rel: str) -> Path | None:
+    """The real path of ``rel`` under ``root`` (symlinks resolved), or None when it lands outside ``root``.
+
+    The one containment check: a symlink to a file or folder outside the project, ``..`` or an
+    absolute path all resolve outside and are refused, whatever the path text looks like.
+    """
+    base = Path(os.path.realpath(root))
+    full = Path(os.path.realpath(base / rel))
+    return full if full == base or full.is_relative_to(base) else None
+
+
 def safe_join(project: Project, rel: str) -> Path | None:
     """Resolve a project-relative path, or None when it would escape the project."""
-    full = (project.root / rel).resolve()
-    try:
-        full.relative_to(project.root)
-    except ValueError:
+    return contained(project.root, rel)
+
+
+def check_scope_path(
+    projects: tuple[Project, ...] | list[Project], path: str | None, policy: SecretsPolicy, data_dir: Path | None = None
+) -> str | None:
+    """Validate ``scope.path`` against every project in scope; return its normalised form.
+
+    Raises InvalidRequest when, in any project, it resolves outside the project (a symlink to a
+    file or folder outside included), points into ``.git`` or the data dir, or names a file the
+    secrets policy withholds.
+    """
+    rel = normalize_scope_path(path)
+    if rel is None:
         return None
-    return full
+    if any(part in PRIVATE_DIRS for part in PurePosixPath(rel).parts):
+        raise InvalidRequest(f"scope.path {rel!r} points into a private folder", field="scope.path")
+    for project in projects:
+        if not os.path.lexists(project.root / rel):
+            continue
+        real = contained(project.root, rel)
+        if real is None:
+            raise InvalidRequest(
+                f"scope.path {rel!r} resolves outside project {project.name!r} (symlink)", field="scope.path"
+            )
+        if data_dir is not None and (real == data_dir or real.is_relative_to(data_dir)):
+            raise InvalidRequest(f"scope.path {rel!r} points into the data dir", field="scope.path")
+        if real.is_file():
+            rule = policy.file_rule(real, real.relative_to(os.path.realpath(project.root)).as_posix())
+            rule = rule or policy.name_rule(rel)
+            if rule:
+                raise InvalidRequest(f"scope.path {rel!r} names a withheld file ({rule})", field="scope.path")
+    return rel

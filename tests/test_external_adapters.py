@@ -17,6 +17,8 @@ import pytest
 
 from engine.errors import ExpertUnavailable, ExpertUnconfigured
 from engine.experts.base import Expert
+from engine.screen import screen
+from engine.secrets import SecretsPolicy
 from engine.workspace import Workspace
 from tests.expert_contract import ExpertContract, call
 from tests.external_support import FAKE_MCP, FIXTURES, PYTHON, expert, mcp_settings, query, ws  # noqa: F401
@@ -68,9 +70,13 @@ async def test_mcp_text_lines_and_paths_outside_the_workspace(ws: Workspace) -> 
         q = query(ws, 'where is "PaymentGateway"')
         got = await call(lines, q)
         assert {(e.project, e.path) for e in got} >= {("alpha", "src/alpha.py"), ("beta", "src/beta.py")}
-        kept = await call(escape, q)
+        # the adapter leaves paths outside a project and withheld files as named; the fan-out's screen
+        # (engine/screen.py) drops them and counts them for the receipt (issue 8 item 1)
+        screened = screen(await call(escape, q), ws.projects, SecretsPolicy(), adapter="mcp")
+        kept = screened.items
         assert len(kept) == 2  # per project: ../../etc/passwd, /etc/passwd and .env dropped, one real hit kept
         assert all(not e.path.startswith(("/", "..")) and e.path != ".env" for e in kept)
+        assert screened.counts == {"outside-project": 4, "secret": 2}
     finally:
         await lines.aclose()
         await escape.aclose()

@@ -14,7 +14,8 @@ An expert is one search tool behind one small protocol, shaped like an httpx tra
 * ``async aclose()`` releases processes and sessions.
 
 Deadlines are enforced by the caller (``anyio.fail_after``); experts that spawn processes use
-:func:`run_process`, which kills the whole process group when cancelled.
+:func:`run_process`, which kills the whole process tree — ``setsid`` children included
+(:mod:`engine.proctree`) — when cancelled, and sweeps any descendant left when the process exits.
 
 **An adapter declares what it is**, as class attributes the engine reads instead of adapter
 names:
@@ -36,8 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 from abc import ABC, abstractmethod
@@ -48,6 +47,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from .. import proctree
 from ..errors import (
     ExpertError,
     ExpertFailed,
@@ -189,14 +189,24 @@ async def run_process(
     ok_codes: Sequence[int] = (0,),
     env: dict[str, str] | None = None,
     max_output: int = 50_000_000,
+    sweep_on_exit: bool = True,
 ) -> ProcessResult:
-    """Run argv (never a shell) in its own session; kill the whole group when cancelled.
+    """Run argv (never a shell) in its own session, its environment tagged (:mod:`engine.proctree`).
+
+    When cancelled (the deadline), the whole tree is SIGKILLed at once; when the process exits,
+    any descendant it left behind (``setsid cmd &``) is killed too (from a thread: the ``/proc``
+    scan costs the answer nothing), so nothing outlives the call and no leftover holding our
+    pipes can keep us waiting. ``sweep_on_exit=False`` is for the engine's own binaries (rg, git),
+    which leave nothing behind and run many times per request.
 
     Raises ExpertUnavailable when the binary is missing and ExpertFailed on an exit code not in
     ``ok_codes`` (with the tail of stderr).
     """
+    tag = proctree.new_tag()
     try:
-        proc = await anyio.open_process(list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        proc = await anyio.open_process(
+            list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True, env=proctree.tagged_env(tag, env)
+        )
     except FileNotFoundError as exc:
         raise ExpertUnavailable(f"binary not found: {argv[0]}", expert=expert) from exc
     except PermissionError as exc:
@@ -213,9 +223,11 @@ async def run_process(
             tg.start_soon(pump, proc.stdout, out)
             tg.start_soon(pump, proc.stderr, err)
             await proc.wait()
+            if sweep_on_exit:  # a descendant it left (which may hold our pipes open) goes now
+                proctree.kill_tagged_soon(tag)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await _kill_group(proc)
+            await _kill_tree(proc, tag)
         raise
     if proc.returncode not in ok_codes:
         tail = bytes(err[-600:]).decode("utf-8", "replace").strip()
@@ -225,13 +237,9 @@ async def run_process(
     return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
 
 
-async def _kill_group(proc: Any) -> None:
-    """SIGTERM the process group, wait briefly, then SIGKILL (what MCP's posix utilities do)."""
-    if proc.returncode is not None:
-        return
-    for sig, grace in ((signal.SIGTERM, 0.3), (signal.SIGKILL, 1.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with anyio.move_on_after(grace):
-            await proc.wait()
-            return
+async def _kill_tree(proc: Any, tag: str) -> None:
+    """SIGKILL the group now and every tagged descendant right after (no SIGTERM grace: the budget
+    is spent), then reap the process, briefly — a SIGKILLed process is gone within milliseconds."""
+    proctree.kill_tree_soon(proc.pid, tag)
+    with anyio.move_on_after(1.0):
+        await proc.wait()

@@ -72,7 +72,7 @@ class GitExpert(Expert):
             else:
                 argv.append(search["arg"])
                 argv += ["--"] + ([plan["path"]] if plan.get("path") else [])
-            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 128))
+            res = await run_process(argv, expert=self.name, cwd=project.root, ok_codes=(0, 128), sweep_on_exit=False)
             if res.returncode == 128:  # empty repo (no commits yet) or a path git does not know
                 return
             with expert_errors(self.name):

@@ -15,8 +15,9 @@ and tool arguments get real integers and lists.
 * plain text: ``pattern`` is a regex run over the whole text (multiline); named groups are the
   fields. The default reads ``path:line:text`` lines.
 
-Every item's path must land inside a workspace project (absolute paths are made relative to the
-project holding them; ``..`` escapes and secrets are dropped) and pass the request scope. Items
+Absolute paths are made relative to the project holding them and items must pass the request
+scope; a path outside every project (``..``, a symlink out) or a withheld file is left as named
+for the fan-out's screen, which drops and counts it (:mod:`engine.screen`). Items
 carry only what the tool returned. Output not of the configured shape is ``malformed``.
 """
 
@@ -36,7 +37,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from ..errors import ExpertError, ExpertOutputError, ExpertUnconfigured
 from ..types import ITEM_KINDS, Evidence, Project, Query
-from ..workspace import in_scope, is_excluded, safe_join
+from ..workspace import in_scope, safe_join
 
 #: default text pattern: ``path:line:text`` (ripgrep/grep -n style)
 LINE_PATTERN = r"^(?P<path>[^\n:]+):(?P<line>\d+):(?P<content>[^\n]*)$"
@@ -311,10 +312,16 @@ class ResultMapper:
             if project is None:
                 return None
             project_name, rel = project.name, placed[1] if placed else ""
-        elif placed is None or is_excluded(placed[1]) or not in_scope(placed[1], query.scope):
-            return None  # outside every project, a secret, or out of scope
+        elif placed is None:
+            # outside every project (a symlink out included): kept as named, so the fan-out's
+            # screen drops it and counts it in the receipt (engine/screen.py)
+            if not raw:
+                return None
+            project_name, rel = (owner.name if owner else ""), raw
+        elif not in_scope(placed[1], query.scope):
+            return None
         else:
-            project_name, rel = placed[0].name, placed[1]
+            project_name, rel = placed[0].name, placed[1]  # a secret is dropped (and counted) by the screen
         if start is None:  # a whole file, a commit or a URL: no line range
             start = end = 1
         else:

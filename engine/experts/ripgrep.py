@@ -2,8 +2,10 @@
 
 The question never reaches a shell: patterns go to rg as ``-e`` arguments (``--fixed-strings``
 unless the question carried an explicit ``/regex/``), after ``--`` comes only the search path.
-rg respects ``.gitignore``; secret and key-material files are excluded with globs, and any hit
-whose line looks like a secret is dropped.
+rg respects ``.gitignore`` and follows no symlink while it walks; the one path it is handed (the
+scope) is resolved first and must stay inside the project. Files the secrets policy withholds by
+name are excluded with globs; whole files withheld by content are dropped by the fan-out's
+screen (:mod:`engine.screen`). A line that is not UTF-8 comes back decoded with U+FFFD.
 
 Ranking is per match region (matches within a few lines of each other): files matching more
 of the distinct patterns first, then lines that look like the definition of a pattern, then
@@ -12,6 +14,7 @@ the number of matches, then path (deterministic).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -25,10 +28,10 @@ import anyio
 from ..errors import ExpertOutputError, ExpertUnconfigured
 from ..types import Evidence, Project, Query
 from ..workspace import (
+    DEFAULT_NAMES,
     EXCLUDED_DIRS,
     LANGUAGES,
-    SECRET_GLOBS,
-    SECRET_PATTERNS,
+    contained,
     is_excluded,
     is_test_file,
     normalize_scope_path,
@@ -119,14 +122,14 @@ class RipgrepExpert(Expert):
             argv.append("--ignore-case")
         for d in sorted(EXCLUDED_DIRS):
             argv += ["--glob", f"!{d}/"]
-        for g in SECRET_GLOBS:
+        for g in DEFAULT_NAMES.globs:
             argv += ["--glob", f"!{g}"]
         if plan.get("language"):
             for ext in LANGUAGES.get(plan["language"].lower(), ()):
                 argv += ["--glob", f"*{ext}"]
         for p in plan["patterns"]:
             argv += ["-e", p]
-        argv += ["--", plan.get("path") or "."]
+        argv += ["--", "."]  # the search path: replaced per project by the resolved scope path
         return argv
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
@@ -136,12 +139,22 @@ class RipgrepExpert(Expert):
         results: dict[str, list[Evidence]] = {}
 
         async def one(project: Project) -> None:
-            if plan.get("path") and not (project.root / plan["path"]).exists():
-                results[project.name] = []
-                return
+            target = "."
+            if plan.get("path"):
+                # rg follows a symlink it is handed: hand it the real path, and only one inside the project
+                real = contained(project.root, plan["path"])
+                if real is None or not real.exists():
+                    results[project.name] = []
+                    return
+                target = real.relative_to(contained(project.root, ".") or project.root).as_posix() or "."
             # rg exits 1 when nothing matched: a valid empty answer, not a failure
             res = await run_process(
-                argv, expert=self.name, cwd=project.root, ok_codes=(0, 1), max_output=MAX_OUTPUT_BYTES
+                [*argv[:-1], target],
+                expert=self.name,
+                cwd=project.root,
+                ok_codes=(0, 1),
+                max_output=MAX_OUTPUT_BYTES,
+                sweep_on_exit=False,
             )
             # parsing is CPU work: off the event loop, so the deadline can still cancel the wait
             results[project.name] = await anyio.to_thread.run_sync(
@@ -184,8 +197,8 @@ class RipgrepExpert(Expert):
             if path is None:
                 continue  # non-UTF-8 path: skip rather than guess
             path = path[2:] if path.startswith("./") else path
-            text = data["lines"].get("text", "")
-            if is_excluded(path) or SECRET_PATTERNS.search(text.encode("utf-8", "replace")):
+            text = _decoded(data["lines"])
+            if is_excluded(path):
                 continue
             line = int(data["line_number"])
             found = {p for p in patterns if self._contains(text, p, plan["mode"], ignore_case)}
@@ -240,3 +253,10 @@ class RipgrepExpert(Expert):
         if mode == "regex":
             return True  # one pattern only, and rg already matched it; never run a user regex in Python
         return pattern.lower() in text.lower() if ignore_case else pattern in text
+
+
+def _decoded(field: dict[str, Any]) -> str:
+    """rg's ``{"text": ...}`` or, for bytes that are not UTF-8, ``{"bytes": base64}`` decoded with U+FFFD."""
+    if "text" in field:
+        return str(field["text"])
+    return base64.b64decode(field.get("bytes", "")).decode("utf-8", "replace")

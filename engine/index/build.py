@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..datadir import ensure_data_dir
+from ..secrets import SecretsPolicy
 from ..types import Project
 from ..workspace import Workspace
 from .files import SourceFile, read_indexable, scan
@@ -120,12 +121,14 @@ def _scan_cache_path(data_dir: Path) -> Path:
     return data_dir / "index" / "scan.json"
 
 
-def scan_workspace(workspace: Workspace) -> dict[str, SourceFile]:
+def scan_workspace(workspace: Workspace, policy: SecretsPolicy | None = None) -> dict[str, SourceFile]:
     cache_path = _scan_cache_path(workspace.data_dir)
     previous: dict[str, SourceFile] = {}
     with contextlib.suppress(OSError, ValueError, TypeError):
         previous = {k: SourceFile(**v) for k, v in json.loads(cache_path.read_text()).items()}
-    current = scan(workspace.projects, previous)
+    current = scan(workspace.projects, previous, policy)
+    if policy is not None:
+        policy.save()  # the verdicts of the whole walk: live experts find them cached
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_path.with_suffix(".tmp")
     tmp.write_text(json.dumps({k: vars_of(v) for k, v in current.items()}))
@@ -146,6 +149,7 @@ def update_index(
     batch_files: int = 200,
     progress: Progress | None = None,
     accept: Callable[[SourceFile], bool] | None = None,
+    policy: SecretsPolicy | None = None,
 ) -> IndexReport:
     """Bring one index up to date with ``current``; commits and saves its manifest per batch."""
     started = time.perf_counter()
@@ -172,7 +176,7 @@ def update_index(
             payload: list[tuple[SourceFile, bytes]] = []
             unreadable: list[str] = []
             for f in batch:
-                data = read_indexable(roots[f.project].root, f.path)
+                data = read_indexable(roots[f.project].root, f.path, policy)
                 if data is None:
                     unreadable.append(f.key)
                 else:

@@ -1,9 +1,10 @@
 """Which files of a workspace are indexable, and their content hashes.
 
-Listing uses ``rg --files`` (fast, respects ``.gitignore``), then the engine's own exclusions
-(secrets, key material, ``.git/``, the data dir); content that is binary or that a secret
-scanner would flag is skipped when read. Hashes are reused from the previous scan when size
-and mtime are unchanged, so a re-scan of an unchanged tree reads no file contents.
+Listing uses ``rg --files`` (fast, respects ``.gitignore``, never follows a symlink), then the
+engine's own exclusions (``.git/``, the data dir, the secrets policy's name rules); a file is read
+only through its real path inside its project, and skipped when binary or when the secrets
+policy withholds it (:mod:`engine.secrets`, verdicts cached). Hashes are reused from the previous
+scan when size and mtime are unchanged, so a re-scan of an unchanged tree reads no file contents.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import IndexingError
+from ..secrets import SecretsPolicy
 from ..types import Project
-from ..workspace import MAX_FILE_BYTES, SECRET_GLOBS, is_excluded, looks_binary_or_secret, rg_binary
+from ..workspace import (
+    DEFAULT_NAMES,
+    MAX_FILE_BYTES,
+    contained,
+    in_excluded_dir,
+    is_excluded,
+    looks_binary,
+    rg_binary,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +42,12 @@ class SourceFile:
         return f"{self.project}:{self.path}"
 
 
-def list_paths(project: Project) -> list[str]:
+def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withheld: bool = False) -> list[str]:
+    """Project-relative paths ``rg --files`` lists (no symlink followed), minus excluded folders and,
+    unless ``withheld``, the files the policy's name rules withhold."""
+    policy = policy or DEFAULT_NAMES
     argv = [rg_binary(), "--files", "--no-config", "--max-filesize", str(MAX_FILE_BYTES)]
-    for g in SECRET_GLOBS:
+    for g in () if withheld else policy.globs:
         argv += ["--glob", f"!{g}"]
     try:
         res = subprocess.run(argv, cwd=project.root, capture_output=True, check=False)
@@ -45,30 +58,39 @@ def list_paths(project: Project) -> list[str]:
     paths = []
     for raw in res.stdout.decode("utf-8", "replace").splitlines():
         p = raw[2:] if raw.startswith("./") else raw
-        if p and not is_excluded(p):
+        if p and not in_excluded_dir(p) and (withheld or not is_excluded(p)):
             paths.append(p)
     return sorted(paths)
 
 
-def read_indexable(root: Path, path: str) -> bytes | None:
-    """The file's bytes, or None when it is gone, too big, binary or holds a secret."""
+def read_indexable(root: Path, path: str, policy: SecretsPolicy | None = None) -> bytes | None:
+    """The file's bytes, or None when it is gone, outside its project (symlink), too big, binary,
+    or withheld by the secrets policy."""
+    full = contained(root, path)
+    if full is None:
+        return None
     try:
-        data = (root / path).read_bytes()
+        with open(full, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError:
         return None
-    if len(data) > MAX_FILE_BYTES or looks_binary_or_secret(data):
+    if len(data) > MAX_FILE_BYTES or looks_binary(data):
+        return None
+    if (policy or DEFAULT_NAMES).file_rule(full, path, data):
         return None
     return data
 
 
 def scan(
-    projects: tuple[Project, ...] | list[Project], previous: Mapping[str, SourceFile] | None = None
+    projects: tuple[Project, ...] | list[Project],
+    previous: Mapping[str, SourceFile] | None = None,
+    policy: SecretsPolicy | None = None,
 ) -> dict[str, SourceFile]:
     """Current indexable files by key; hashes only what changed since ``previous``."""
     previous = previous or {}
     out: dict[str, SourceFile] = {}
     for project in projects:
-        for path in list_paths(project):
+        for path in list_paths(project, policy):
             full = project.root / path
             try:
                 st = full.stat()
@@ -77,9 +99,12 @@ def scan(
             key = f"{project.name}:{path}"
             old = previous.get(key)
             if old and old.size == st.st_size and old.mtime_ns == st.st_mtime_ns:
-                out[key] = old
+                real = contained(project.root, path)
+                # unchanged, and still served under the current policy (a cached verdict: no read)
+                if real is not None and not (policy or DEFAULT_NAMES).file_rule(real, path):
+                    out[key] = old
                 continue
-            data = read_indexable(project.root, path)
+            data = read_indexable(project.root, path, policy)
             if data is None:
                 continue
             out[key] = SourceFile(project.name, path, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())

@@ -10,13 +10,22 @@ side by side (their outcomes merge; each expert runs in exactly one of them).
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
 from ..experts.base import expert_errors
+from ..screen import screen
+from ..secrets import policy_for
 from ..spec import ConfigSet, PipelineSpec
 from ..types import ExpertOutcome, Query
 from .base import Node, RunState, node_kind
+
+#: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the
+#: late experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
+#: benchmarks/budget_overrun.py (numbers in docs/security.md): p99 overrun 15 ms at 1,000 ms.
+BUDGET_TAIL_MS = 25.0
 
 
 def build_query(state: RunState) -> Query:
@@ -63,11 +72,28 @@ class FanoutNode(Node):
             with expert_errors(name):
                 outcome.sub_query = expert.plan(query)
             left = state.deadline_ms()
+            if left is not None:  # the budget is end to end: leave the tail (kill, fuse, sign) its time
+                left -= BUDGET_TAIL_MS
             timeout_ms = spec.timeout_ms if left is None else max(1.0, min(spec.timeout_ms, left))
             try:
                 with anyio.fail_after(timeout_ms / 1000):
                     with expert_errors(name):
                         items = await expert.search(query, outcome.sub_query)
+                        # containment + secrets policy, for every expert alone (engine/screen.py)
+                        policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+                        screened = await anyio.to_thread.run_sync(
+                            partial(
+                                screen,
+                                items,
+                                query.projects,
+                                policy,
+                                adapter=spec.adapter,
+                                data_dir=state.workspace.data_dir,
+                            ),
+                            abandon_on_cancel=True,
+                        )
+                        items, outcome.withheld = screened.items, dict(screened.counts)
+                        policy.save_soon()
             except TimeoutError:
                 raise ExpertTimeout(f"no answer within {timeout_ms:.0f} ms", expert=name) from None
             with expert_errors(name):

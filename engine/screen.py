@@ -1,0 +1,123 @@
+"""The last gate every expert's items pass, whatever the expert: containment and the secrets policy.
+
+Fan-out calls :func:`screen` on each expert's list before anything else sees it, so one rule
+holds for built-in and external experts alike (DESIGN §7, §8):
+
+* an item whose path resolves (symlinks included) outside its project, into ``.git`` or the data
+  dir, or that names a project the request does not cover, is **dropped** (``outside-project``);
+* an item from a file the secrets policy withholds (by name or content) is **dropped** (``secret``);
+* commit text (subject, body, diff hunks — ``content`` and every string in ``meta``), external
+  documentation and the snippets of external experts are scanned; commit and documentation text is
+  **redacted** in place (flag ``redacted``), an external file snippet holding a secret is dropped;
+* a commit's file list loses the withheld files.
+
+The counts go to the receipt (``per_expert.<e>.withheld``); the dropped items never leave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .secrets import SecretsPolicy
+from .types import Evidence, Project
+from .workspace import PRIVATE_DIRS, contained
+
+#: adapters whose snippets are read from files the policy has already judged (live, or when the
+#: index was built); anything else (mcp, http, command, fake) has its text scanned too
+TRUSTED_CONTENT = frozenset({"ripgrep", "bm25", "semantic", "symbols", "typed", "docs"})
+_URL = re.compile(r"^https?://")
+
+
+@dataclass
+class Screened:
+    items: list[Evidence] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def screen(
+    items: Sequence[Evidence],
+    projects: Sequence[Project],
+    policy: SecretsPolicy,
+    *,
+    adapter: str = "",
+    data_dir: Path | None = None,
+) -> Screened:
+    """Drop, redact and count; see the module docstring. Pure apart from reading the files judged."""
+    by_name = {p.name: p for p in projects}
+    out = Screened()
+    scan_text = adapter not in TRUSTED_CONTENT
+    reasons: dict[tuple[str, str], str | None] = {}  # an expert returns many regions of one file
+    for e in items:
+        if e.kind == "commit":
+            out.items.append(_commit(e, by_name, policy, data_dir, out.counts))
+            continue
+        project = by_name.get(e.project)
+        if project is None and _URL.match(e.path):  # external documentation named by URL
+            out.items.append(_redacted(e, policy, out.counts))
+            continue
+        key = (e.project, e.path)
+        if key not in reasons:
+            reasons[key] = _file_reason(project, e.path, policy, data_dir)
+        reason = reasons[key]
+        if reason is None and scan_text and policy.findings(e.content, e.path):
+            reason = "secret"
+        if reason:
+            out.counts[reason] += 1
+            continue
+        out.items.append(e)
+    return out
+
+
+def _file_reason(project: Project | None, rel: str, policy: SecretsPolicy, data_dir: Path | None) -> str | None:
+    """Why the file ``rel`` of ``project`` may not be served (``outside-project`` | ``secret``), or None."""
+    if project is None or not rel:
+        return "outside-project"
+    if any(part in PRIVATE_DIRS for part in PurePosixPath(rel).parts):
+        return "outside-project"
+    real = contained(project.root, rel)
+    if real is None or (data_dir is not None and real.is_relative_to(data_dir)):
+        return "outside-project"
+    if policy.name_rule(rel) or policy.file_rule(real, rel):
+        return "secret"
+    return None
+
+
+def _commit(
+    e: Evidence, by_name: Mapping[str, Project], policy: SecretsPolicy, data_dir: Path | None, counts: Counter[str]
+) -> Evidence:
+    project = by_name.get(e.project)
+    meta = dict(e.meta)
+    files = meta.get("files")
+    if isinstance(files, list):
+        kept = [f for f in files if isinstance(f, str) and _file_reason(project, f, policy, data_dir) is None]
+        if len(kept) < len(files):
+            counts["secret"] += len(files) - len(kept)
+            meta["files"] = kept
+            content = "\n".join(line for line in e.content.split("\n") if line.strip() not in set(files) - set(kept))
+            e = dataclasses.replace(e, content=content)
+    path = e.path
+    if path and _file_reason(project, path, policy, data_dir) is not None:
+        path = next(iter(meta.get("files") or []), "")
+    return _redacted(dataclasses.replace(e, path=path, meta=meta), policy, counts)
+
+
+def _redacted(e: Evidence, policy: SecretsPolicy, counts: Counter[str]) -> Evidence:
+    """``e`` with every secret in its text (content, string meta values) replaced by ``[REDACTED]``."""
+    content, n = policy.redact(e.content)
+    meta: dict[str, Any] = {}
+    for k, v in e.meta.items():
+        if isinstance(v, str):
+            v, m = policy.redact(v)
+            n += m
+        meta[k] = v
+    if not n:
+        return e
+    counts["redacted"] += n
+    flags = e.flags if "redacted" in e.flags else (*e.flags, "redacted")
+    return dataclasses.replace(e, content=content, meta=meta, flags=flags)

@@ -1,0 +1,164 @@
+"""Content scanning for the secrets policy: detect-secrets behind a prefilter built from its own regexes.
+
+detect-secrets runs every plugin on every line through a dependency-injection layer (14–80
+files/s here). :class:`Detector` first finds the few candidate lines in C with each plugin's own
+regexes (and the keyword plugin's words), then gives only those detect-secrets' full per-line
+analysis with their context: the same verdicts, measured, 30–40x faster
+(docs/adr/0008-secrets-detector.md, ``benchmarks/secrets_detector.py``). The policy built on it
+(names, caching, redaction) is :mod:`engine.secrets`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+#: detect-secrets plugins left out: on ordinary source they flag hashes, fixtures and example IPs,
+#: and a flag withholds a whole file (measured in docs/adr/0008-secrets-detector.md)
+NOISY_PLUGINS = frozenset({"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"})
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One secret found in a text: where it is and which rule found it (never its value)."""
+
+    line: int  # 1-based
+    rule: str
+    value: str  # the matched secret, kept only in memory for redaction; never reported
+
+    def describe(self) -> str:
+        return f"{self.rule} (line {self.line})"
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _lower_pattern(pattern: str) -> str:
+    """A case-insensitive regex as a lower-case one for ASCII-lowered text (escapes such as ``\\W`` kept)."""
+    return re.sub(r"\\.|[A-Z]", lambda m: m.group(0) if m.group(0).startswith("\\") else m.group(0).lower(), pattern)
+
+
+def _leading_group(pattern: str) -> str | None:
+    """The balanced ``(...)`` group ``pattern`` starts with, or None."""
+    depth, i = 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a character class: parentheses inside are literal
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return pattern[: i + 1]
+        i += 1
+    return None
+
+
+def _weak_prefix_stripped(pattern: str) -> str:
+    """Drop leading groups that are optional, zero-width or single characters (``(?:\\s|=|:|^)``).
+
+    Any match of ``A·B`` contains a match of ``B`` on the same line, so the result is a superset
+    prefilter; what it gains is a literal first token, which Python's regex engine scans for fast.
+    """
+    while pattern.startswith("(?:"):
+        group = _leading_group(pattern)
+        rest = pattern[len(group) :] if group else ""
+        if not group or not rest or rest[0] in "?*+{":
+            break
+        body = group[3:-1]
+        alternatives = body.split("|") if "(" not in body else []
+        weak = (
+            group.endswith("|)")
+            or re.fullmatch(r"\(\?:(?:\(\?<[=!][^()]*\)\|?)+\)", group) is not None
+            or (bool(alternatives) and all(len(a) <= 2 for a in alternatives))
+        )
+        if not weak:
+            break
+        pattern = rest
+    return pattern
+
+
+class Detector:
+    """detect-secrets, configured once per process, with a regex prefilter per plugin."""
+
+    _lock = threading.Lock()
+    _ready: Detector | None = None
+
+    def __init__(self) -> None:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.keyword import DENYLIST
+        from detect_secrets.settings import get_plugins, get_settings
+
+        classes: list[type] = list(get_mapping_from_secret_type_to_class().values())
+        names = sorted(c.__name__ for c in classes)
+        get_settings().configure_plugins([{"name": n} for n in names if n not in NOISY_PLUGINS])
+        get_plugins.cache_clear()
+        self.plugins = list(get_plugins())
+        # (pattern, runs on ASCII-lowered text?) — Python's IGNORECASE matching costs ~25x, so a
+        # case-insensitive plugin regex is lowered once and run on text lowered once
+        prefilters: list[tuple[re.Pattern[str], bool]] = []
+        for plugin in self.plugins:
+            denylist = getattr(plugin, "denylist", None)
+            if denylist is None:  # the keyword plugin: a line must name a secret-sounding word
+                prefilters.append((re.compile("|".join(DENYLIST)), True))
+                continue
+            for rx in denylist:
+                source = _weak_prefix_stripped(rx.pattern)
+                if rx.flags & re.IGNORECASE:
+                    prefilters.append((re.compile(_lower_pattern(source), rx.flags & ~re.IGNORECASE), True))
+                else:
+                    prefilters.append((re.compile(source, rx.flags), False))
+        self.prefilters = prefilters
+        from detect_secrets.__version__ import VERSION
+
+        self.fingerprint = f"detect-secrets {VERSION}: " + ",".join(sorted(type(p).__name__ for p in self.plugins))
+
+    @classmethod
+    def get(cls) -> Detector:
+        with cls._lock:
+            if cls._ready is None:
+                cls._ready = cls()
+            return cls._ready
+
+    def findings(self, text: str, filename: str) -> Iterator[Finding]:
+        """Secrets in ``text``, line by line (``filename`` picks the keyword plugin's file-type rules)."""
+        from detect_secrets.core.scan import _is_filtered_out, _scan_line
+        from detect_secrets.util.code_snippet import get_code_snippet
+
+        starts = [0, *(m.end() for m in re.finditer("\n", text))]
+        lowered = text.translate(_ASCII_LOWER)  # same length: match offsets stay valid
+        candidates: set[int] = set()
+        for rx, on_lowered in self.prefilters:
+            for m in rx.finditer(lowered if on_lowered else text):
+                candidates.add(bisect.bisect_right(starts, m.start()))  # 1-based line number
+        if not candidates:
+            return
+        lines = text.split("\n")
+        for n in sorted(candidates):
+            line = lines[n - 1].rstrip()
+            snippet = get_code_snippet(lines=lines, line_number=n)
+            if _is_filtered_out(required_filter_parameters=["line"], filename=filename, line=line, context=snippet):
+                continue
+            for plugin in self.plugins:
+                for secret in _scan_line(plugin=plugin, filename=filename, line=line, line_number=n, context=snippet):
+                    if not _is_filtered_out(
+                        required_filter_parameters=["context"],
+                        filename=filename,
+                        secret=secret.secret_value,
+                        plugin=plugin,
+                        line=line,
+                        context=snippet,
+                    ):
+                        yield Finding(n, f"content:{secret.type}", secret.secret_value or "")

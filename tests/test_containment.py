@@ -1,0 +1,119 @@
+"""Issue 8 item 1: nothing outside a project is read or returned — symlinks to files and folders
+outside, symlinks inside to secrets, external results naming paths outside — over the Router, the
+real CLI and MCP stdio."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.conftest import ROOT
+from tests.edge_support import OUTSIDE_MARKER, command_expert, config_with, plant_attacks, run
+from tests.helpers import ask, plain_pynacl_verify
+
+ROOT_LINE = "root:x:0:0"
+
+
+@pytest.fixture
+def attacked(workspace_dir: Path, tmp_path: Path) -> Path:
+    plant_attacks(workspace_dir / "alpha", tmp_path / "outside")
+    return workspace_dir
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "engine.cli", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("scope_path", "reason"),
+    [
+        ("passwd_link.txt", "resolves outside"),  # symlink to a file outside (the issue's reproduction)
+        ("outside_link.txt", "resolves outside"),
+        ("outside_dir", "resolves outside"),  # symlink to a folder outside
+        ("outside_dir/secret.txt", "resolves outside"),
+        ("env_link.txt", "withheld"),  # symlink inside, to .env
+        ("key_link.txt", "withheld"),  # symlink inside, to deploy/id_rsa
+        (".env", "withheld"),
+        ("deploy_key", "withheld"),
+        (".git/config", "private"),
+        ("../beta", "may not leave"),
+    ],
+)
+def test_scope_path_outside_or_secret_is_invalid_request(
+    attacked: Path, config_dir: Path, scope_path: str, reason: str
+) -> None:
+    r = ask(config_dir, attacked, "root", scope={"project": "alpha", "path": scope_path})
+    assert r.error is not None and r.error.code == "invalid_request" and r.exit_code == 2
+    assert r.error.to_dict()["field"] == "scope.path" and reason in r.error.message
+    assert plain_pynacl_verify(r.response["receipt"]) and r.response["items"] == []
+    assert ROOT_LINE not in json.dumps(r.response)
+
+
+def test_cli_scope_symlink_to_etc_passwd_exits_2_without_its_content(attacked: Path, config_dir: Path) -> None:
+    res = _cli(
+        [
+            *("run", str(config_dir / "pipelines/router.yaml"), "-w", str(attacked), "-q", "root"),
+            *("--scope-path", "passwd_link.txt", "-f", "json", "--no-cache"),
+        ],
+        cwd=attacked,
+    )
+    assert res.returncode == 2, res.stderr
+    assert ROOT_LINE not in res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["error"]["error"] == "invalid_request" and out["error"]["field"] == "scope.path"
+    assert plain_pynacl_verify(out["receipt"])
+
+
+def test_symlinks_are_never_followed_when_searching_the_whole_project(attacked: Path, config_dir: Path) -> None:
+    for question in (f'"{OUTSIDE_MARKER}"', f'"{ROOT_LINE}"', "SECRET_TOKEN"):
+        r = ask(config_dir, attacked, question)
+        assert r.error is None
+        text = json.dumps(r.response["items"])
+        assert OUTSIDE_MARKER not in text and ROOT_LINE not in text and "do-not-return" not in text
+        assert not any(it["path"].endswith(("_link.txt", ".env")) for it in r.response["items"])
+
+
+def test_external_results_naming_files_outside_are_dropped_and_counted(attacked: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside" / "secret.txt"
+    lines = [
+        "alpha/storage.py:4:class FileSystemStorage:",  # inside: kept
+        f"{outside}:1:{OUTSIDE_MARKER}",  # absolute, outside
+        f"../../outside/secret.txt:1:{OUTSIDE_MARKER}",  # relative escape
+        f"outside_link.txt:1:{OUTSIDE_MARKER}",  # a symlink out
+        f"outside_dir/secret.txt:1:{OUTSIDE_MARKER}",  # through a symlinked folder
+        "/etc/passwd:1:root:x:0:0:root:/root:/bin/bash",
+        "env_link.txt:1:SECRET_TOKEN=FileSystemStorage-super-secret",  # a symlink in, to .env
+        ".git/config:1:[core]",
+    ]
+    code = f"import os\nif os.getcwd().endswith('alpha'):\n    print({chr(10).join(lines)!r})\n"
+    cfg = config_with(tmp_path / "cfg", {"leaky": command_expert(code)})
+    r = run(cfg, attacked, {"question": 'find "FileSystemStorage"', "intent": "identifier"})
+    leaky = r.response["receipt"]["per_expert"]["leaky"]
+    assert leaky["status"] == "ok"
+    assert [(it["project"], it["path"]) for it in r.response["items"]] == [("alpha", "alpha/storage.py")]
+    assert leaky["withheld"]["outside-project"] >= 5 and leaky["withheld"]["secret"] >= 1
+    text = json.dumps(r.response["items"])  # (the receipt's sub_queries hold the expert's own argv)
+    assert OUTSIDE_MARKER not in text and ROOT_LINE not in text and "super-secret" not in text
+
+
+@pytest.mark.anyio
+async def test_mcp_stdio_scope_symlink_is_invalid_request(attacked: Path, config_dir: Path, tmp_path: Path) -> None:
+    argv = ["-m", "engine.cli", "serve", "--workspace", str(attacked), "--config-dir", str(config_dir)]
+    params = StdioServerParameters(command=sys.executable, args=argv, cwd=str(tmp_path))
+    async with Client(params) as client:
+        for path in ("passwd_link.txt", "env_link.txt", "outside_dir"):
+            reply = await client.call_tool(
+                "router", {"question": "root", "scope": {"project": "alpha", "path": path}, "format": "json"}
+            )
+            assert reply.is_error and reply.content[0].text.startswith("invalid_request")
+            assert ROOT_LINE not in reply.content[0].text and "SECRET_TOKEN" not in reply.content[0].text
+            assert plain_pynacl_verify(reply.structured_content["receipt"])

@@ -1,0 +1,93 @@
+"""Issue 8 item 7: a command expert dies with its whole process tree — ``setsid`` children included —
+at its deadline, and when it exits leaving a child behind. The p99 budget overrun is measured by
+``benchmarks/budget_overrun.py``, not here."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.proctree import kill_tagged, new_tag, tagged_env, tagged_pids
+from tests.conftest import make_repo
+from tests.edge_support import command_expert, config_with, leftovers, run
+from tests.helpers import plain_pynacl_verify
+
+# unique sleep lengths: a process with this command line can only be ours
+SETSID_AFTER_EXIT = "31.4159"
+SETSID_AT_DEADLINE = "32.7182"
+STUBBORN = "33.1416"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "ws" / "solo", {"app.py": "def handler():\n    return 'hit'\n"})
+
+
+def _gone(marker: str, within_s: float = 2.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if not leftovers(marker):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_setsid_child_left_by_a_finished_command_is_gone_after_the_request(repo: Path, tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen(['setsid', 'sleep', '{SETSID_AFTER_EXIT}'], stdout=sys.stdout)\n"
+        "print('app.py:1:def handler():')\n"
+    )
+    cfg = config_with(tmp_path / "cfg", {"forker": command_expert(code)})
+    result = run(cfg, repo, {"question": 'find "handler"', "intent": "identifier"})
+    forker = result.response["receipt"]["per_expert"]["forker"]
+    # the child held our stdout open: without the sweep the call would wait for it (32 s)
+    assert forker["status"] == "ok" and forker["latency_ms"] < 5000
+    assert [it["path"] for it in result.response["items"]] == ["app.py"]
+    assert _gone(SETSID_AFTER_EXIT)
+
+
+def test_setsid_child_of_a_command_at_its_deadline_is_killed(repo: Path, tmp_path: Path) -> None:
+    code = f"import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '{SETSID_AT_DEADLINE}'])\ntime.sleep(60)\n"
+    cfg = config_with(tmp_path / "cfg", {"hanger": command_expert(code, timeout_ms=800)})
+    result = run(cfg, repo, {"question": 'find "handler"', "intent": "identifier"})
+    assert result.response["receipt"]["per_expert"]["hanger"]["status"] == "timeout"
+    assert plain_pynacl_verify(result.response["receipt"])
+    assert _gone(SETSID_AT_DEADLINE)
+
+
+def test_sigterm_ignoring_command_is_killed_within_the_budget(repo: Path, tmp_path: Path) -> None:
+    code = (
+        "import signal, subprocess, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"subprocess.Popen(['sleep', '{STUBBORN}'])\n"  # a child in the same group, ignoring nothing
+        "time.sleep(60)\n"
+    )
+    cfg = config_with(tmp_path / "cfg", {"stubborn": command_expert(code)})
+    started = time.perf_counter()
+    result = run(cfg, repo, {"question": 'find "handler"', "intent": "identifier", "budget": {"latency_ms": 1000}})
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    assert result.response["receipt"]["per_expert"]["stubborn"]["status"] == "timeout"
+    # generous bound for a shared CI machine (Router set-up included); the p99 ≤ 50 ms overrun is
+    # benchmarks/budget_overrun.py's job. Before the fix this took 1,309 ms on its own.
+    assert elapsed_ms < 1000 + 600
+    assert _gone(STUBBORN)
+
+
+def test_kill_tagged_finds_a_process_that_left_the_group() -> None:
+    import subprocess
+
+    tag = new_tag()
+    proc = subprocess.Popen(["setsid", "sleep", "34.5"], env=tagged_env(tag))
+    try:
+        deadline = time.monotonic() + 2
+        while not tagged_pids(tag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tagged_pids(tag)
+        assert kill_tagged(tag) >= 1
+        proc.wait(timeout=2)
+        assert proc.returncode == -9 and tagged_pids(tag) == []
+    finally:
+        proc.kill()

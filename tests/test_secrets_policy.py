@@ -1,0 +1,193 @@
+"""Issue 8 item 2: one secrets policy for every expert, indexed or live (engine/secrets.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.index.build import scan_workspace
+from engine.indexing import index_workspace
+from engine.secret_scan import Detector
+from engine.secrets import SecretsPolicy, policy_for
+from engine.spec import load_config
+from engine.workspace import Workspace
+from tests.conftest import ROOT
+from tests.edge_support import AWS_SECRET, SSH_BODY, TOKEN, command_expert, config_with, plant_attacks, run
+from tests.helpers import ask, plain_pynacl_verify
+
+
+@pytest.fixture
+def attacked(workspace_dir: Path, tmp_path: Path) -> Path:
+    plant_attacks(workspace_dir / "alpha", tmp_path / "outside")
+    return workspace_dir
+
+
+def _items_text(result: object) -> str:
+    return json.dumps(result.response["items"])  # type: ignore[attr-defined]
+
+
+def test_ripgrep_never_returns_a_line_of_a_file_holding_a_secret(attacked: Path, config_dir: Path) -> None:
+    for question in ('"wJalrXUtnFEMI"', '"AKIAIOSFODNN7EXAMPLE"', f'"{SSH_BODY[:30]}"', '"secret_access_key"'):
+        r = ask(config_dir, attacked, question)
+        assert r.error is None and r.response["items"] == [], question
+        ripgrep = r.response["receipt"]["per_expert"]["ripgrep"]
+        assert ripgrep["status"] == "ok"
+        assert AWS_SECRET not in _items_text(r) and SSH_BODY not in _items_text(r)
+    # the whole file is withheld, not only the line holding the key
+    r = ask(config_dir, attacked, '"access_key_id"')
+    assert not any(it["path"] == "secrets.yaml" for it in r.response["items"])
+    assert r.response["receipt"]["per_expert"]["ripgrep"]["withheld"]["secret"] >= 1
+
+
+def test_indexers_never_see_withheld_files_and_ordinary_files_stay(attacked: Path, config_dir: Path) -> None:
+    ws = Workspace.open([attacked])
+    policy = policy_for(ws.data_dir, load_config(config_dir).raw_experts)
+    current = scan_workspace(ws, policy)
+    paths = {k.split(":", 1)[1] for k in current if k.startswith("alpha:")}
+    for withheld in ("secrets.yaml", "deploy_key", "backup/keys.txt", "alpha/prod_settings.py", "notes/leak.txt"):
+        assert withheld not in paths
+    assert {"id_utils.py", "alpha/storage.py", "alpha/retry.py"} <= paths  # `id_*` is not a key name
+    index_workspace(ws, load_config(config_dir), only=["bm25", "semantic"], progress=False)
+    for name in ("bm25", "semantic"):
+        manifest = json.loads((ws.data_dir / "index" / name / "manifest.json").read_text())
+        assert "alpha:alpha/prod_settings.py" not in manifest["files"]
+        assert "alpha:alpha/storage.py" in manifest["files"]
+        # the index walk follows no symlink: neither out of the project nor in to a secret
+        assert not [k for k in manifest["files"] if "_link" in k or "outside_dir" in k], manifest["files"]
+    for pipeline in ("router", "conceptual", "identifier"):
+        r = ask(config_dir, attacked, "AWS_SECRET_ACCESS_KEY prod settings secret access key", pipeline=pipeline)
+        assert not any("prod_settings" in it["path"] for it in r.response["items"])
+        assert AWS_SECRET not in _items_text(r)
+
+
+def test_commit_text_with_a_token_is_redacted(attacked: Path, config_dir: Path) -> None:
+    r = ask(config_dir, attacked, "when was the CI token changed", intent="history")
+    commits = [it for it in r.response["items"] if it["kind"] == "commit"]
+    assert commits, r.response["receipt"]["per_expert"]
+    rotated = [c for c in commits if "Rotate the CI token" in c["content"]]
+    assert rotated and "[REDACTED]" in rotated[0]["content"] and "redacted" in rotated[0]["flags"]
+    assert TOKEN not in json.dumps(r.response)
+    git = r.response["receipt"]["per_expert"]["git"]
+    assert git["withheld"]["redacted"] >= 1
+    # the commit's file list no longer names the withheld files
+    assert "deploy_key" not in rotated[0]["content"] and "secrets.yaml" not in rotated[0]["content"]
+
+
+def test_external_items_pass_the_same_filter(attacked: Path, tmp_path: Path) -> None:
+    lines = [
+        "alpha/storage.py:4:class FileSystemStorage:",
+        "alpha/config.py:1:DEFAULTS = {'aws': 'AKIAIOSFODNN7EXAMPLE'}",  # a snippet with a key: dropped
+        f"secrets.yaml:3:  secret_access_key: {AWS_SECRET}",  # a withheld file: dropped
+        "deploy_key:2:" + SSH_BODY,
+    ]
+    code = f"import os\nif os.getcwd().endswith('alpha'):\n    print({chr(10).join(lines)!r})\n"
+    cfg = config_with(tmp_path / "cfg", {"ext": command_expert(code)})
+    r = run(cfg, attacked, {"question": 'find "FileSystemStorage"', "intent": "identifier"})
+    assert [it["path"] for it in r.response["items"]] == ["alpha/storage.py"]
+    assert r.response["receipt"]["per_expert"]["ext"]["withheld"]["secret"] == 3
+    assert "AKIA" not in _items_text(r) and AWS_SECRET not in _items_text(r)
+
+
+def test_workspace_patterns_and_paths_from_config(attacked: Path, tmp_path: Path) -> None:
+    (attacked / "alpha" / "alpha" / "license_check.py").write_text("LICENSE = 'ACME-0123456789ABCDEF'\n")
+    (attacked / "alpha" / "private").mkdir()
+    (attacked / "alpha" / "private" / "plan.md").write_text("FileSystemStorage roadmap\n")
+    cfg = config_with(
+        tmp_path / "cfg",
+        {},
+        klass="docs",
+        secrets={"patterns": ["ACME-[0-9A-F]{16}"], "paths": ["private/*"]},
+    )
+    for question in ('"ACME-0123456789ABCDEF"', '"FileSystemStorage roadmap"'):
+        r = run(cfg, attacked, {"question": question})
+        assert r.response["items"] == [] and r.response["receipt"]["per_expert"]["ripgrep"]["withheld"]["secret"] == 1
+
+
+def test_bad_secret_pattern_is_invalid_config_naming_file_and_path(config_dir: Path, workspace_dir: Path) -> None:
+    ex = yaml.safe_load((config_dir / "experts.yaml").read_text())
+    ex["secrets"] = {"patterns": ["ok-[0-9]+", "broken(["]}
+    (config_dir / "experts.yaml").write_text(yaml.safe_dump(ex, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "validate", "--config-dir", str(config_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    err = json.loads(res.stderr)
+    assert err["error"] == "invalid_config" and err["path"] == "secrets/patterns/1" and "experts.yaml" in err["file"]
+
+
+def test_doctor_lists_withheld_files_with_rule_never_the_secret(attacked: Path, config_dir: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "doctor",
+            "-w",
+            str(attacked),
+            "--config-dir",
+            str(config_dir),
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    checks = {c["check"]: c for c in json.loads(res.stdout)}
+    withheld = checks["secrets withheld"]
+    assert withheld["ok"] and withheld["warn"]
+    rows = "\n".join(withheld["detail"])
+    assert "alpha/secrets.yaml: content:AWS Access Key (line 2)" in rows
+    assert "alpha/deploy_key: name:*_key" in rows and "alpha/deploy/id_rsa: name:id_rsa*" in rows
+    assert "alpha/alpha/prod_settings.py: content:" in rows and "alpha/backup/keys.txt: content:Private Key" in rows
+    assert "id_utils.py" not in rows
+    assert AWS_SECRET not in res.stdout and SSH_BODY not in res.stdout and "AKIAIOSFODNN7EXAMPLE" not in res.stdout
+
+
+def test_verdicts_are_cached_across_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "settings.py"
+    f.write_text(f'AWS_SECRET_ACCESS_KEY = "{AWS_SECRET}"\n')
+    clean = tmp_path / "clean.py"
+    clean.write_text("def ok():\n    return 1\n")
+    first = SecretsPolicy(cache_dir=tmp_path / "cache")
+    assert first.file_rule(f, "settings.py") == "content:AWS Access Key (line 1)"
+    assert first.file_rule(clean, "clean.py") is None
+    first.save()
+
+    def no_detector() -> None:
+        raise AssertionError("a cached verdict must not run the detector")
+
+    monkeypatch.setattr(Detector, "get", no_detector)
+    second = SecretsPolicy(cache_dir=tmp_path / "cache")  # as a new process would
+    assert second.file_rule(f, "settings.py") == "content:AWS Access Key (line 1)"
+    assert second.file_rule(clean, "clean.py") is None
+    f.write_text("AWS_REGION = 'eu-west-1'\n")  # changed: judged again
+    monkeypatch.undo()
+    assert second.file_rule(f, "settings.py") is None
+
+
+def test_redaction_keeps_the_text_around_and_never_the_secret() -> None:
+    policy = SecretsPolicy()
+    text = f"Rotate {TOKEN} now\nkey:\n-----BEGIN RSA PRIVATE KEY-----\n{SSH_BODY}\n-----END RSA PRIVATE KEY-----\nbye"
+    out, n = policy.redact(text)
+    assert n == 2 and TOKEN not in out and SSH_BODY not in out
+    assert out.startswith("Rotate [REDACTED] now") and out.endswith("[REDACTED]\nbye")
+    assert policy.redact("nothing to see here")[0] == "nothing to see here"
+
+
+def test_receipts_of_screened_answers_verify(attacked: Path, config_dir: Path) -> None:
+    r = ask(config_dir, attacked, '"wJalrXUtnFEMI"')
+    assert plain_pynacl_verify(r.response["receipt"])
