@@ -2,7 +2,7 @@
 
 Callers type against :class:`Store` and get one from :func:`open_store`; records are the frozen
 dataclasses of :mod:`.records`. See :mod:`.port` for the promises every backend keeps and
-``tests/store_contract.py`` for the suite that holds them to it.
+``tests/store/store_contract.py`` for the suite that holds them to it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Implementations: :class:`~engine.store.duckdb_store.DuckDBStore` (the default, DESIGN §8) and
 :class:`~engine.store.memory.MemoryStore` (its in-memory twin). Both pass one contract suite,
-``tests/store_contract.py``; a new backend (PostgreSQL, say) is done when it passes it too.
+``tests/store/store_contract.py``; a new backend (PostgreSQL, say) is done when it passes it too.
 
 Promises every backend keeps:
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import make_repo
-from .helpers import plain_pynacl_verify
+from ..conftest import make_repo
+from ..helpers import plain_pynacl_verify
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

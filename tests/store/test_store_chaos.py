@@ -23,9 +23,9 @@ from engine.audit import audit
 from engine.keys import KeyRing
 from engine.store import DuckDBStore, ReceiptQuery
 
-from .conftest import make_repo
+from ..conftest import make_repo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUNS, SLOTS = 100, 4
 WORKER_KILLS, INGESTER_KILLS = 6, 5
 

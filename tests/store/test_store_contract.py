@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.store import DuckDBStore, MemoryStore, Store
-from tests.store_contract import StoreContract
+from tests.store.store_contract import StoreContract
 
 
 class TestDuckDBStore(StoreContract):

@@ -24,7 +24,7 @@ from engine.evaluation.compare import compare
 from engine.evaluation.report import write_run
 from engine.evaluation.runner import EvalOptions, run_eval
 
-from .conftest import ROOT
+from ..conftest import ROOT
 from .evalsuite import QUESTIONS, build_suite
 
 pytest.importorskip("ranx")

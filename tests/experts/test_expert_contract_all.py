@@ -28,7 +28,7 @@ from engine.indexing import index_workspace
 from engine.spec import ExpertSpec
 from engine.types import Evidence, Project
 from engine.workspace import Workspace
-from tests.expert_contract import ExpertContract, grounded_commit
+from tests.experts.expert_contract import ExpertContract, grounded_commit
 from tests.external_support import REPO, make_workspace
 
 pytestmark = pytest.mark.anyio
@@ -189,7 +189,7 @@ class TestFakeContract(ExpertContract):
 
 
 def test_every_adapter_runs_the_contract() -> None:
-    import tests.test_external_adapters as external
+    import tests.experts.test_external_adapters as external
 
     def covered(cls: type[ExpertContract]) -> set[str]:
         out = {cls.adapter} if cls.adapter else set()

@@ -10,7 +10,7 @@ import anyio
 from engine.runtime import Router, RunResult
 from engine.workspace import Workspace
 
-from .helpers import ask, plain_pynacl_verify
+from ..helpers import ask, plain_pynacl_verify
 
 SAME = ("classifier", "pipeline", "experts_selected", "fusion", "config_version", "request_hash", "result_count")
 

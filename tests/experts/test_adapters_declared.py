@@ -18,7 +18,7 @@ from engine.experts.indexed import IndexedExpert
 from engine.spec import load_schema
 from engine.types import ITEM_KINDS, PRECISION, PRECISION_CLASSES, TIERS
 
-from .helpers import ask
+from ..helpers import ask
 
 
 def _edit_expert(config_dir: Path, name: str, **fields: object) -> None:

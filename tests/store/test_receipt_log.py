@@ -24,7 +24,7 @@ from engine.store import DuckDBStore, ReceiptQuery
 from engine.store import ingest as ingest_mod
 from engine.store.spool import encode, segment_files, spool_files
 
-from .helpers import plain_pynacl_verify
+from ..helpers import plain_pynacl_verify
 from .store_contract import body
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from engine.runtime import Router
 from engine.workspace import Workspace
-from tests.expert_contract import call
+from tests.experts.expert_contract import call
 from tests.external_support import FS_SERVER, NODE_DIR, REPO, copy_config, expert, git, mcp_settings, query, ws  # noqa: F401
 
 pytestmark = pytest.mark.anyio

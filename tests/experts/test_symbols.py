@@ -13,9 +13,9 @@ from engine.errors import ExpertUnconfigured
 from engine.index.symbols import SymbolStore
 from engine.types import Scope
 
-from .conftest import git
-from .helpers import ask
-from .symbol_repos import ask_expert, index, make_workspace, where
+from ..conftest import git
+from ..helpers import ask
+from ..symbol_repos import ask_expert, index, make_workspace, where
 
 
 @pytest.fixture

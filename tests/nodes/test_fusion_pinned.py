@@ -19,9 +19,9 @@ from engine.indexing import index_workspace
 from engine.spec import load_config
 from engine.workspace import Workspace
 
-from .helpers import ask
+from ..helpers import ask
 
-GOLDEN = Path(__file__).resolve().parent / "fixtures" / "pinned_fusion.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "pinned_fusion.json"
 
 CASES: dict[str, dict[str, Any]] = {
     "identifier": {"question": 'where does "retry budget exhausted for request" come from'},
@@ -62,7 +62,7 @@ def _pinned(response: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def all_indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from .conftest import ALPHA, BETA, ROOT, git, make_repo
+    from ..conftest import ALPHA, BETA, ROOT, git, make_repo
 
     base = tmp_path_factory.mktemp("pinned")
     ws = base / "ws"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ask
-from .symbol_repos import ask_expert, index, make_workspace, where
+from ..helpers import ask
+from ..symbol_repos import ask_expert, index, make_workspace, where
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from engine.keys import KeyRing
 from engine.receipts import verify
 from engine.store import DuckDBStore, Hint
 
-from .conftest import make_repo
-from .helpers import plain_pynacl_verify
+from ..conftest import make_repo
+from ..helpers import plain_pynacl_verify
 
 WORKER = r"""
 import sys, anyio

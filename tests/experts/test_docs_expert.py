@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import git
-from .helpers import ask
-from .symbol_repos import ask_expert, index
+from ..conftest import git
+from ..helpers import ask
+from ..symbol_repos import ask_expert, index
 
 
 @pytest.fixture
 def docsws(tmp_path: Path, config_dir: Path) -> Path:
-    from .symbol_repos import make_workspace
+    from ..symbol_repos import make_workspace
 
     ws = make_workspace(tmp_path)
     index(ws, config_dir, "docs")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import git, make_repo
+from ..conftest import git, make_repo
 
 V1 = {
     "README.md": "# Toyshop\n\nA tiny web shop: carts, discounts, payments and shipping.\n",

@@ -12,7 +12,7 @@ from engine.indexing import index_workspace
 from engine.spec import load_config
 from engine.workspace import Workspace
 
-from .helpers import ask
+from ..helpers import ask
 
 
 def test_conceptual_question_without_identifiers_finds_the_implementation(

@@ -20,7 +20,7 @@ from engine.experts.base import Expert
 from engine.screen import screen
 from engine.secrets import SecretsPolicy
 from engine.workspace import Workspace
-from tests.expert_contract import ExpertContract, call
+from tests.experts.expert_contract import ExpertContract, call
 from tests.external_support import FAKE_MCP, FIXTURES, PYTHON, expert, mcp_settings, query, ws  # noqa: F401
 
 pytestmark = pytest.mark.anyio
