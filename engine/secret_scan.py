@@ -20,6 +20,27 @@ from dataclasses import dataclass
 #: and a flag withholds a whole file (measured in docs/adr/0008-secrets-detector.md)
 NOISY_PLUGINS = frozenset({"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector"})
 
+#: findings of these rules name a *value assigned to a secret-sounding word* (``password = ...``,
+#: ``http://user:pass@``), not a credential format: on real code nearly all are examples and test
+#: fixtures (``SECRET_KEY = 'development key'`` in flask's config docstring withheld flask's whole
+#: config module). They count only when the value looks generated (:func:`looks_generated`);
+#: format detectors (AWS, private keys, GitHub, Slack, Stripe, JWT …) always count.
+HEURISTIC_RULES = frozenset({"Secret Keyword", "Basic Auth Credentials"})
+MIN_GENERATED_CHARS = 12
+_PLACEHOLDER = re.compile(
+    r"password|passwd|secret|example|sample|dummy|fake|placeholder|changeme|change_me|insecure|"
+    r"your|xxx|test|todo|\*\*\*|[<>{}$%\s]",
+    re.IGNORECASE,
+)
+
+
+def looks_generated(value: str) -> bool:
+    """A value that could be a real credential: long, no placeholder word, no spaces, varied characters."""
+    if len(value) < MIN_GENERATED_CHARS or _PLACEHOLDER.search(value):
+        return False
+    classes = sum(bool(re.search(rx, value)) for rx in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[^A-Za-z0-9]"))
+    return classes >= 3 and len(set(value)) >= 8
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -161,4 +182,7 @@ class Detector:
                         line=line,
                         context=snippet,
                     ):
-                        yield Finding(n, f"content:{secret.type}", secret.secret_value or "")
+                        value = secret.secret_value or ""
+                        if secret.type in HEURISTIC_RULES and not looks_generated(value):
+                            continue
+                        yield Finding(n, f"content:{secret.type}", value)

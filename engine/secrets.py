@@ -37,7 +37,7 @@ from typing import Any
 
 from .datadir import ensure_data_dir, private_dir
 from .errors import SpecError
-from .secret_scan import NOISY_PLUGINS, Detector, Finding
+from .secret_scan import HEURISTIC_RULES, MIN_GENERATED_CHARS, NOISY_PLUGINS, Detector, Finding
 
 #: file names that hold key material or credentials (matched case-insensitively against the file
 #: name, or against the project-relative path when the glob has a ``/``). ``id_*`` is limited to
@@ -187,7 +187,17 @@ class SecretsPolicy:
         from detect_secrets.__version__ import VERSION
 
         patterns = [p.pattern for p in self.patterns]
-        return json.dumps([_CACHE_VERSION, VERSION, sorted(NOISY_PLUGINS), self.globs, patterns])
+        return json.dumps(
+            [
+                _CACHE_VERSION,
+                VERSION,
+                sorted(NOISY_PLUGINS),
+                sorted(HEURISTIC_RULES),
+                MIN_GENERATED_CHARS,
+                self.globs,
+                patterns,
+            ]
+        )
 
     def file_rule(self, full: Path, rel: str, data: bytes | None = None) -> str | None:
         """Why the file at ``full`` (shown as ``rel``) is withheld, or None. Cached by (path, size, mtime)."""

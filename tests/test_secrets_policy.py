@@ -191,3 +191,20 @@ def test_redaction_keeps_the_text_around_and_never_the_secret() -> None:
 def test_receipts_of_screened_answers_verify(attacked: Path, config_dir: Path) -> None:
     r = ask(config_dir, attacked, '"wJalrXUtnFEMI"')
     assert plain_pynacl_verify(r.response["receipt"])
+
+
+def test_keyword_findings_count_only_when_the_value_looks_generated() -> None:
+    """`password = ...` and `http://user:pass@` name a value, not a credential format: examples and
+    fixtures (flask's `SECRET_KEY = 'development key'` docstring) must not withhold a source file,
+    a generated-looking value must."""
+    detector = Detector.get()
+    examples = (
+        "class Config(dict):\n    '''\n        SECRET_KEY = 'development key'\n    '''\n",
+        "def test_login(client):\n    client.login(username='bob', password='password1')\n",
+        "URL = 'http://user:pass@example.org/'\n",
+        "SECRET_KEY_INSECURE_PREFIX = 'django-insecure-'\n",
+    )
+    for text in examples:
+        assert list(detector.findings(text, "config.py")) == [], text
+    real = "DB_PASSWORD = 'q7Vt!x2LmZ9#rB4k'\n"
+    assert [f.rule for f in detector.findings(real, "settings.py")] == ["content:Secret Keyword"]
