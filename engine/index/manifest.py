@@ -4,10 +4,17 @@ Each index keeps its own manifest so one can lag behind another (the semantic in
 slow one) and the receipt can say so. Written atomically (temp file + ``os.replace``) after
 every committed batch, which is what makes ``engine index`` safe to interrupt and resume.
 Reads are cached per process by file mtime, so the hot path parses it once.
+
+``generation`` names what the index holds, for the answer cache's key: the digest of its
+indexer id, file hashes, HEADs and pending count (:meth:`Manifest.content_digest`), written by
+the indexer when a run ends — so a run that changed nothing writes the same generation again —
+and a fresh random token on each batch save in between (an interrupted run's state is new).
+The key reads it from the manifest; nothing is hashed per request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -26,6 +33,7 @@ class Manifest:
     heads: dict[str, str | None] = field(default_factory=dict)  # project → HEAD at index time
     pending: int = 0  # files seen by the last run but not yet in this index
     updated_at: str = ""
+    generation: str = ""  # what the index holds (module docstring); "" until first computed
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
@@ -47,9 +55,19 @@ class Manifest:
             raw.get("heads", {}),
             raw.get("pending", 0),
             raw.get("updated_at", ""),
+            raw.get("generation", ""),
         )
+        if not m.generation:  # written before generations existed: derived once per file version
+            m.generation = m.content_digest()
         _CACHE[path] = (mtime, m)
         return m
+
+    def content_digest(self) -> str:
+        """sha256 over what decides this index's answers: indexer id, HEADs, pending, every file's hash."""
+        h = hashlib.sha256(json.dumps([self.indexer_id, sorted(self.heads.items()), self.pending]).encode())
+        for key in sorted(self.files):
+            h.update(f"\n{key}\0{self.files[key].get('sha256', '')}".encode())
+        return h.hexdigest()
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,6 +77,7 @@ class Manifest:
             "heads": self.heads,
             "pending": self.pending,
             "updated_at": self.updated_at,
+            "generation": self.generation or self.content_digest(),
         }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
