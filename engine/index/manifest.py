@@ -9,7 +9,8 @@ Reads are cached per process by file mtime, so the hot path parses it once.
 indexer id, file hashes, HEADs and pending count (:meth:`Manifest.content_digest`), written by
 the indexer when a run ends — so a run that changed nothing writes the same generation again —
 and a fresh random token on each batch save in between (an interrupted run's state is new).
-The key reads it from the manifest; nothing is hashed per request.
+It is the file's first field, so the key reads it from the first bytes (:func:`read_generation`),
+once per file version: nothing is hashed or parsed per request.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 _CACHE: dict[Path, tuple[int, Manifest]] = {}
+_GENERATIONS: dict[Path, tuple[tuple[int, int, int], str]] = {}
+_GENERATION_HEAD = re.compile(rb'^\{"generation":"([0-9a-z-]{1,100})"')
 
 
 @dataclass
@@ -72,14 +76,35 @@ class Manifest:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
+            "generation": self.generation or self.content_digest(),  # first: read_generation reads only the head
             "indexer_id": self.indexer_id,
             "files": self.files,
             "heads": self.heads,
             "pending": self.pending,
             "updated_at": self.updated_at,
-            "generation": self.generation or self.content_digest(),
         }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, separators=(",", ":"))
         os.replace(tmp, self.path)
+
+
+def read_generation(path: Path) -> str:
+    """The manifest's ``generation`` from the file's first bytes (the answer cache's key reads it per
+    request: a stat, and a 128-byte read once per file version); "" when there is no manifest."""
+    try:
+        st = path.stat()
+    except OSError:
+        return ""
+    version = (st.st_ino, st.st_mtime_ns, st.st_size)  # every save is a new file (os.replace)
+    cached = _GENERATIONS.get(path)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    try:
+        with open(path, "rb") as fh:
+            m = _GENERATION_HEAD.match(fh.read(128))
+    except OSError:
+        return ""
+    generation = m.group(1).decode() if m else Manifest.load(path).generation  # older layout: parse it all
+    _GENERATIONS[path] = (version, generation)
+    return generation

@@ -11,10 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from engine.index.manifest import Manifest
+from engine.experts import ExpertEnv, adapter_class
+from engine.experts.indexed import IndexedExpert
+from engine.index.build import scan_workspace, update_index
+from engine.index.manifest import Manifest, read_generation
+from engine.indexing import index_workspace
 from engine.runtime import RunResult
+from engine.spec import load_config
+from engine.workspace import Workspace
 
 from ..conftest import git
 from ..helpers import ask
@@ -104,11 +111,18 @@ def test_a_config_change_invalidates_the_cache(workspace_dir: Path, config_dir: 
     assert cache(changed)[0] is False and cache(changed)[1] != cache(first)[1]
 
 
-def test_an_interrupted_run_has_a_generation_of_its_own(tmp_path: Path) -> None:
+def test_the_generation_is_what_the_index_holds_read_from_the_head(tmp_path: Path) -> None:
     m = Manifest(tmp_path / "manifest.json", "idx-1", {"p:a.py": {"sha256": "1" * 64}}, {"p": "abc"})
     m.save()
     done = Manifest.load(m.path).generation
     assert done == m.content_digest() and len(done) == 64
+    assert read_generation(m.path) == done  # the key's read: the file's first bytes only
+    assert m.path.read_text().startswith('{"generation":"' + done)
+    # a manifest written before generations existed: derived from its content, the same value
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"indexer_id": "idx-1", "files": m.files, "heads": m.heads, "pending": 0}))
+    assert read_generation(old) == done
+    assert read_generation(tmp_path / "absent.json") == ""
     # the same content in another manifest object: the same generation (a pure function of content)
     twin = Manifest(tmp_path / "twin.json", "idx-1", {"p:a.py": {"sha256": "1" * 64}}, {"p": "abc"})
     assert twin.content_digest() == done
@@ -119,3 +133,28 @@ def test_an_interrupted_run_has_a_generation_of_its_own(tmp_path: Path) -> None:
         Manifest(m.path, "idx-1", m.files, m.heads, pending=3),  # a partial index
     ):
         assert changed.content_digest() != done
+
+
+def test_an_interrupted_index_run_is_new_and_its_completion_is_the_digest(
+    workspace_dir: Path, config_dir: Path
+) -> None:
+    ws, cfg = Workspace.open([workspace_dir]), load_config(config_dir)
+    index_workspace(ws, cfg, only=["bm25"], progress=False)
+    path = ws.data_dir / "index" / "bm25" / "manifest.json"
+    done = read_generation(path)
+    for name in ("storage.py", "retry.py"):
+        f = workspace_dir / "alpha" / "alpha" / name
+        f.write_text(f.read_text() + "\n# edited\n")
+    bm25 = adapter_class("bm25")(cfg.experts["bm25"], ExpertEnv(ws))
+    assert isinstance(bm25, IndexedExpert)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # as ^C after the first committed batch
+
+    with pytest.raises(KeyboardInterrupt):
+        update_index("bm25", bm25.indexer(), ws, scan_workspace(ws), batch_files=1, progress=interrupt)
+    partial = read_generation(path)
+    assert partial.startswith("partial-") and Manifest.load(path).pending == 1
+    index_workspace(ws, cfg, only=["bm25"], progress=False)  # resumed and finished
+    finished = Manifest.load(path)
+    assert read_generation(path) == finished.content_digest() not in (done, partial)
