@@ -16,25 +16,19 @@ import pytest
 from engine.experts.git_files import MAX_HUNK_CHARS, Resolved, path_matches, resolve
 from engine.types import Evidence, Scope
 from engine.workspace import Workspace
-from tests.conftest import git
-from tests.external_support import expert, query
+from tests.conftest import commit_files, git, make_repo
+from tests.external_support import planned_and_found
 from tests.helpers import ask
 
 pytestmark = pytest.mark.anyio
 
 
 def commit(root: Path, files: dict[str, str], message: str, date: str) -> str:
-    """One commit of ``files`` (a new repo if ``root`` is none yet), authored at ``date``."""
+    """One commit of ``files`` authored at ``date`` (the repo is made by the first)."""
     if not (root / ".git").exists():
-        root.mkdir(parents=True, exist_ok=True)
-        git(root, "init", "-q", "-b", "main")
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", message, f"--date={date}")
-    return git(root, "rev-parse", "HEAD").strip()
+        make_repo(root, files, message, date)
+        return git(root, "rev-parse", "HEAD").strip()
+    return commit_files(root, files, message, date)
 
 
 @pytest.fixture
@@ -67,15 +61,8 @@ def requests_repo(tmp_path: Path) -> Path:
     return root
 
 
-async def run_git(ws: Workspace, question: str, **kw: Any) -> tuple[list[Evidence], dict[str, Any]]:
-    """The git expert's items and its sub-query (the plan, with what ``search`` resolved)."""
-    e = expert("git", {}, ws, precision="history")
-    q = query(ws, question, **kw)
-    plan = e.plan(q)
-    try:
-        return list(await e.search(q, plan)), plan
-    finally:
-        await e.aclose()
+async def run_git(ws: Workspace, question: str, scope: Scope | None = None) -> tuple[list[Evidence], dict[str, Any]]:
+    return await planned_and_found("git", ws, question, precision="history", scope=scope)
 
 
 async def test_a_bare_file_name_finds_the_commits_that_changed_it(requests_repo: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from engine.types import Evidence
 from engine.workspace import Workspace
 from tests.conftest import make_repo
-from tests.external_support import expert, query
+from tests.external_support import planned_and_found
 from tests.helpers import ask
 
 pytestmark = pytest.mark.anyio
@@ -38,13 +38,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 async def grep(ws: Workspace, question: str) -> tuple[list[Evidence], dict[str, Any]]:
-    e = expert("ripgrep", {}, ws)
-    q = query(ws, question)
-    plan = e.plan(q)
-    try:
-        return list(await e.search(q, plan)), plan
-    finally:
-        await e.aclose()
+    return await planned_and_found("ripgrep", ws, question)
 
 
 async def test_a_lower_case_literal_matches_any_case_exact_case_first(repo: Path) -> None:
