@@ -30,7 +30,8 @@ from .cli_store import keys_app, receipts_app, store_app
 from .config import load_config
 from .errors import EngineError, SpecError
 from .render import render
-from .spec import config_dir_for, load_schema
+from .schema_bundle import bundled_schema
+from .spec import config_dir_for
 
 _fail, _workspace = fail, open_workspace
 
@@ -213,9 +214,10 @@ def validate(config_dir: ConfigDirOpt = None) -> None:
 def schema(
     which: Annotated[str, typer.Argument(help="request | response | receipt | experts | priors | pipeline")],
 ) -> None:
-    """Print one of the JSON Schemas every request, answer, receipt and config file validates against."""
+    """Print one of the JSON Schemas every request, answer, receipt and config file validates against
+    (self-contained: the schemas it references are bundled under ``$defs``)."""
     try:
-        typer.echo(json.dumps(load_schema(which), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(bundled_schema(which), indent=2, ensure_ascii=False))
     except FileNotFoundError:
         _fail(SpecError(f"unknown schema {which!r}; choose request, response, receipt, experts, priors, pipeline"))
 

@@ -15,7 +15,6 @@ text) is answered with ``invalid_request`` and a receipt whose request is the es
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -31,6 +30,7 @@ from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreE
 from .experts import Expert, ExpertEnv, adapter_class
 from .graph import PipelineGraph, build_graph
 from .index.build import read_head
+from .index.manifest import read_generation
 from .items import CachedAnswer
 from .keys import KeyRing
 from .nodes.base import RunState
@@ -207,13 +207,14 @@ class Router:
             raise ReceiptError(f"receipt could not be signed and stored: {type(exc).__name__}: {exc}") from exc
 
     def cache_key(self, request: Request, config_version: str) -> str:
+        """What the answer depends on: config, request, workspace, every HEAD and what every index
+        holds (its manifest's ``generation``: an ``engine index`` that changed nothing keeps it).
+        Cheap: a stat per manifest (its first bytes read once per version) and small reads of .git."""
         heads = [read_head(p.root) for p in self.workspace.projects if p.is_git]
-        manifests = []
         index_root = self.workspace.data_dir / "index"
-        for m in sorted(index_root.glob("*/manifest.json")) if index_root.exists() else []:
-            with contextlib.suppress(OSError):
-                manifests.append((m.parent.name, m.stat().st_mtime_ns))
-        return sha256_hex(canonical_json([config_version, request.hash(), self.workspace.key(), heads, manifests]))
+        paths = sorted(index_root.glob("*/manifest.json")) if index_root.exists() else []
+        indexes = [(m.parent.name, read_generation(m)) for m in paths]
+        return sha256_hex(canonical_json([config_version, request.hash(), self.workspace.key(), heads, indexes]))
 
     def cached_answer(self, key: str) -> CachedAnswer | None:
         try:

@@ -9,7 +9,8 @@ holds for built-in and external experts alike (DESIGN §7, §8):
 * commit text (subject, body, diff hunks — ``content`` and every string in ``meta``), external
   documentation and the snippets of external experts are scanned; commit and documentation text is
   **redacted** in place (flag ``redacted``), an external file snippet holding a secret is dropped;
-* a commit's file list loses the withheld files.
+* a commit's file list loses the withheld files; a commit item about a withheld file (its
+  ``meta.diff_of``) loses that file's diff hunk and points at another file.
 
 The counts go to the receipt (``per_expert.<e>.withheld``); the dropped items never leave.
 """
@@ -103,6 +104,9 @@ def _commit(
             e = dataclasses.replace(e, content=content)
     path = e.path
     if path and _file_reason(project, path, policy, data_dir) is not None:
+        if meta.pop("diff_of", None) == path:  # the item's content is that file's diff: only the header stays
+            counts["secret"] += 1
+            e = dataclasses.replace(e, content=e.content.split("\n", 1)[0], start_line=1, end_line=1)
         path = next(iter(meta.get("files") or []), "")
     return _redacted(dataclasses.replace(e, path=path, meta=meta), policy, counts)
 

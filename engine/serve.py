@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 
 from . import __version__
-from .errors import EngineError, SpecError, StoreError
+from .errors import EngineError, InvalidRequest, SpecError, StoreError
 from .mcp_server import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
 from .render import render
 from .runtime import Router
@@ -202,8 +202,10 @@ class RouterTools:
 
     async def _feedback(self, args: dict[str, Any]) -> ToolReply:
         rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
-        if not isinstance(rid, str) or not rid or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            return _error("invalid_request", "receipt_id (string) and useful_item_ids (list of strings) are required")
+        if not isinstance(rid, str) or not rid:
+            return _error("invalid_request", "receipt_id (a non-empty string) is required", field="receipt_id")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return _error("invalid_request", "useful_item_ids (a list of strings) is required", field="useful_item_ids")
         session = args.get("session_id")
         fb = Feedback(
             feedback_id=uuid.uuid4().hex,
@@ -212,10 +214,10 @@ class RouterTools:
             note=str(args.get("note") or "")[:4000],
             session_id=session if isinstance(session, str) else None,
         )
-        try:  # the store refuses feedback naming no stored receipt
+        try:  # the store refuses a receipt it does not hold and ids not in that receipt's answer
             await anyio.to_thread.run_sync(lambda: self.router.store.put_feedback(fb))
-        except StoreError as exc:
-            return _error(exc.code, exc.message)
+        except (InvalidRequest, StoreError) as exc:
+            return _error(exc.code, exc.message, **exc.context)
         self._dirty.set()
         return ToolReply(
             f"feedback {fb.feedback_id} recorded for receipt {rid} ({len(ids)} useful items)",
@@ -225,7 +227,7 @@ class RouterTools:
     async def _receipt(self, args: dict[str, Any]) -> ToolReply:
         rid = args.get("receipt_id")
         if not isinstance(rid, str) or not rid:
-            return _error("invalid_request", "receipt_id (string) is required")
+            return _error("invalid_request", "receipt_id (a non-empty string) is required", field="receipt_id")
         try:
             body = await self._receipt_body(rid)
         except StoreError as exc:
@@ -248,8 +250,9 @@ class RouterTools:
                 log.exception("flush failed")
 
 
-def _error(code: str, message: str) -> ToolReply:
-    return ToolReply(f"{code}: {message}", {"error": {"error": code, "message": message}}, is_error=True)
+def _error(code: str, message: str, **context: Any) -> ToolReply:
+    """A classified tool error; ``context`` (e.g. the ``field`` at fault) goes into the structured error."""
+    return ToolReply(f"{code}: {message}", {"error": {"error": code, "message": message, **context}}, is_error=True)
 
 
 def make_server(

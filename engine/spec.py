@@ -416,8 +416,7 @@ def _check_request_values(data: dict[str, Any]) -> None:
 
 @cache
 def response_validator() -> jsonschema.Draft202012Validator:
-    """Validator for full responses (the response schema references the receipt schema by $id)."""
-    from referencing import Registry, Resource
+    """Validator for full responses: the self-contained response schema (receipt bundled), no registry."""
+    from .schema_bundle import bundled_schema  # it imports this module
 
-    registry = Registry().with_resource(load_schema("receipt")["$id"], Resource.from_contents(load_schema("receipt")))
-    return jsonschema.Draft202012Validator(load_schema("response"), registry=registry)
+    return jsonschema.Draft202012Validator(bundled_schema("response"))

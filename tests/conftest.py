@@ -75,16 +75,22 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout
 
 
-def make_repo(root: Path, files: dict[str, str], message: str = "initial import") -> Path:
+def make_repo(root: Path, files: dict[str, str], message: str = "initial import", date: str | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")
+    commit_files(root, files, message, date)
+    return root
+
+
+def commit_files(root: Path, files: dict[str, str], message: str, date: str | None = None) -> str:
+    """Write ``files`` and commit them all (authored at ``date``, ISO 8601, when given); the new sha."""
     for rel, text in files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", message)
-    return root
+    git(root, "commit", "-q", "-m", message, *([f"--date={date}"] if date else []))
+    return git(root, "rev-parse", "HEAD").strip()
 
 
 @pytest.fixture

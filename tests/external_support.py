@@ -20,7 +20,7 @@ from engine.experts import ExpertEnv, adapter_class
 from engine.experts.base import Expert
 from engine.nodes.classify import classify
 from engine.spec import ExpertSpec
-from engine.types import Query, Scope
+from engine.types import Evidence, Query, Scope
 from engine.workspace import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,6 +126,20 @@ def expert(
         name=f"ext-{adapter}", adapter=adapter, precision_class=precision, timeout_ms=timeout_ms, settings=settings
     )
     return adapter_class(adapter)(spec, ExpertEnv(ws))
+
+
+async def planned_and_found(
+    adapter: str, ws: Workspace, question: str, *, precision: str = "lexical", scope: Scope | None = None
+) -> tuple[list[Evidence], dict[str, Any]]:
+    """One expert of ``adapter`` (default settings) asked ``question``: its items and its sub-query
+    (the plan as ``search`` left it, which is what the receipt records)."""
+    e = expert(adapter, {}, ws, precision=precision)
+    q = query(ws, question, scope=scope)
+    plan = e.plan(q)
+    try:
+        return list(await e.search(q, plan)), plan
+    finally:
+        await e.aclose()
 
 
 def mcp_settings(tool: str = "search", **extra: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from .base import Expert, ExpertEnv
 
 ENTRY_POINT_GROUP = "search_router.experts"
 #: modules of this package that hold shared code, not an adapter
-SUPPORT_MODULES = frozenset({"base", "indexed", "templated", "mapping"})
+SUPPORT_MODULES = frozenset({"base", "indexed", "templated", "mapping", "git_files"})
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 

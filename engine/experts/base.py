@@ -5,6 +5,8 @@ An expert is one search tool behind one small protocol, shaped like an httpx tra
 * ``__init__(spec, env)`` is cheap and does no I/O (config only).
 * ``plan(query) -> dict`` is pure: it says exactly what the expert will be asked (the receipt's
   ``sub_queries``). Raise :class:`ExpertUnconfigured` when the question gives it nothing to ask.
+  What only ``search`` can know (e.g. the files a named file resolved to: :mod:`.git`) it may
+  add to the plan under new keys; the receipt records the plan as ``search`` left it.
 * ``async search(query, plan) -> list[Evidence]`` does the work. It returns the expert's own
   ranked list (best first, at most ``query.limit``), items carrying only content the expert
   produced. Failures are raised as :class:`~engine.errors.ExpertError` subclasses; anything

@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -195,16 +196,19 @@ def update_index(
             if progress:
                 progress(name, start + len(batch), len(todo), report.units)
         manifest.pending = 0
-        _save(manifest, workspace)
+        _save(manifest, workspace, final=True)
     finally:
         indexer.close()
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _save(manifest: Manifest, workspace: Workspace) -> None:
+def _save(manifest: Manifest, workspace: Workspace, *, final: bool = False) -> None:
+    """Save after a batch (a new random generation: the index changed) or at the end of a run (the
+    content digest: a run that changed nothing leaves the generation, and so the answer cache, as it was)."""
     manifest.heads = {p.name: read_head(p.root) for p in workspace.projects if p.is_git}
     manifest.updated_at = datetime.now(UTC).isoformat(timespec="seconds")
+    manifest.generation = manifest.content_digest() if final else f"partial-{uuid.uuid4().hex}"
     manifest.save()
 
 

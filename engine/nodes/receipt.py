@@ -46,6 +46,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "result_count": len(state.fused)
         if state.request.mode == "fused"
         else sum(len(o.items) for o in state.outcomes.values()),
+        "item_ids": answer_item_ids(state),
         "status": status,
     }
     if state.confidence is not None:
@@ -53,6 +54,16 @@ def build_receipt(state: RunState) -> dict[str, Any]:
     if state.error is not None:
         receipt["error"] = state.error.to_dict()
     return receipt
+
+
+def answer_item_ids(state: RunState) -> list[str]:
+    """The ids of the items the answer holds (every list's, in separate mode), in answer order:
+    feedback may name these and no others (:func:`engine.store.records.check_feedback`)."""
+    if state.request.mode == "separate":
+        ids = [str(it["id"]) for s in state.separate.values() for it in s.get("items", ())]
+    else:
+        ids = [it.id for it in state.fused]
+    return list(dict.fromkeys(ids))
 
 
 def write_receipt(state: RunState) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import duckdb
 
 from ..datadir import ensure_data_dir, mode_problems
-from ..errors import NotFound, StoreError
+from ..errors import StoreError
 from . import ingest
 from .records import (
     BanditArm,
@@ -49,6 +49,7 @@ from .records import (
     RepairReport,
     StoredReceipt,
     StoreHealth,
+    check_feedback,
 )
 from .schema import JSON_COLUMNS, TABLES, select_sql
 from .spool import SpoolWriter, encode, segment_files, spool_files
@@ -90,8 +91,7 @@ class DuckDBStore:
         self._append("cache", [row], durable=False)
 
     def put_feedback(self, feedback: Feedback) -> None:
-        if self.get_receipt(feedback.receipt_id) is None:
-            raise NotFound(f"no receipt {feedback.receipt_id!r}", receipt_id=feedback.receipt_id)
+        check_feedback(feedback, self.get_receipt(feedback.receipt_id))
         row = feedback.to_dict()
         row["useful_item_ids"] = list(feedback.useful_item_ids)
         self._append("feedback", [row], durable=True)

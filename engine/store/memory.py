@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import NotFound
 from .records import (
     PIPELINE_SEP,
     BanditArm,
@@ -29,6 +28,7 @@ from .records import (
     RepairReport,
     StoredReceipt,
     StoreHealth,
+    check_feedback,
     receipt_columns,
     stats_from,
     timestamp,
@@ -96,8 +96,8 @@ class MemoryStore:
         self._write("cache", entry)
 
     def put_feedback(self, feedback: Feedback) -> None:
-        if feedback.receipt_id not in self.receipts:
-            raise NotFound(f"no receipt {feedback.receipt_id!r}", receipt_id=feedback.receipt_id)
+        stored = self.receipts.get(feedback.receipt_id)
+        check_feedback(feedback, stored.body if stored is not None else None)
         self._write("feedback", feedback)
 
     def put_experiment(self, experiment: Experiment) -> None:

@@ -16,8 +16,9 @@ Promises every backend keeps:
   writes, as DuckDB's spool does, brings them in first).
 * **The hot path never waits on a damaged or busy store**: :meth:`Store.cache_get` is a miss
   instead, :meth:`Store.put_receipt` never reads the tables.
-* Failures raise :class:`~engine.errors.StoreError` (the fix in its message); a feedback row or
-  other record naming a receipt that does not exist raises :class:`~engine.errors.NotFound`.
+* Failures raise :class:`~engine.errors.StoreError` (the fix in its message). Feedback naming a
+  receipt the store does not hold, or an item id not in that receipt's answer, is the caller's
+  error: :class:`~engine.errors.InvalidRequest` with the field (:func:`~.records.check_feedback`).
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ class Store(Protocol):
 
     # ------------------------------------------------------------------ feedback, experiments, hints, bandit
     def put_feedback(self, feedback: Feedback) -> None:
-        """Durably record feedback on an existing receipt.
+        """Durably record feedback on an existing receipt, naming only items of its answer.
 
         Raises:
-            NotFound: ``feedback.receipt_id`` names no stored receipt.
+            InvalidRequest: ``receipt_id`` names no stored receipt (``field="receipt_id"``), or an
+                id is not in that receipt's ``item_ids`` (``field="useful_item_ids"``).
         """
 
     def list_feedback(self, receipt_id: str | None = None) -> list[Feedback]:

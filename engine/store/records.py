@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..errors import InvalidRequest
+
 #: the columns a store indexes for each receipt, each equal to a field of the signed body
 RECEIPT_COLUMNS = (
     "receipt_id",
@@ -181,7 +183,7 @@ class CacheEntry(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Feedback(_Record):
-    """Which evidence ids helped, for a receipt that must exist."""
+    """Which evidence ids helped, for a receipt that must exist (:func:`check_feedback`)."""
 
     feedback_id: str
     receipt_id: str
@@ -189,6 +191,28 @@ class Feedback(_Record):
     note: str = ""
     session_id: str | None = None
     created_at: str = field(default_factory=now_iso)
+
+
+def check_feedback(feedback: Feedback, receipt: Mapping[str, Any] | None) -> None:
+    """The one rule every backend applies before recording feedback: it names a stored receipt, and
+    only ids of that receipt's answer (its signed ``item_ids``; an empty list says nothing helped).
+
+    Raises:
+        InvalidRequest: ``field="receipt_id"`` for a receipt the store does not hold,
+            ``field="useful_item_ids"`` for an id that was not in its answer.
+    """
+    if receipt is None:
+        raise InvalidRequest(f"no receipt {feedback.receipt_id!r} in this store", field="receipt_id")
+    raw = receipt.get("item_ids")
+    answered = {i for i in raw if isinstance(i, str)} if isinstance(raw, list) else set()
+    unknown = [i for i in feedback.useful_item_ids if i not in answered]
+    if unknown:
+        shown = ", ".join(repr(i) for i in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        raise InvalidRequest(
+            f"useful_item_ids: {shown} not in the answer of receipt {feedback.receipt_id!r} "
+            f"({len(answered)} items; their ids are the answer's `id` fields)",
+            field="useful_item_ids",
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from engine.audit import audit
-from engine.errors import NotFound
+from engine.errors import InvalidRequest
 from engine.keys import KeyRing
 from engine.receipts import ReceiptLog
 from engine.store import (
@@ -55,6 +55,7 @@ def body(i: int, *, klass: str = "identifier", status: str = "ok", pipeline: str
         "pipeline": pipeline,
         "classifier": {"class": klass, "confidence": 0.9, "rule": "r", "abstained": False},
         "result_count": i % 5,
+        "item_ids": ["a", "b", "x"],
         "status": status,
         "question": "é 文 \u2028",
     }
@@ -178,10 +179,17 @@ class StoreContract:
         assert store.cache_get("k", now=2_000.0) is None  # expired
 
     # ------------------------------------------------------------------ feedback, experiments, hints, bandit
-    def test_feedback_must_name_an_existing_receipt(self, store: Store) -> None:
-        with pytest.raises(NotFound):
+    def test_feedback_must_name_an_existing_receipt_and_items_of_its_answer(self, store: Store) -> None:
+        with pytest.raises(InvalidRequest) as missing:
             store.put_feedback(Feedback("f0", body(9)["receipt_id"], ("x",)))
+        assert missing.value.field == "receipt_id"
         store.put_receipt(body(1))
+        with pytest.raises(InvalidRequest) as foreign:  # an id that was not in the receipt's answer
+            store.put_feedback(Feedback("f0", body(1)["receipt_id"], ("a", "not-an-item")))
+        assert foreign.value.field == "useful_item_ids" and "not-an-item" in foreign.value.message
+        store.put_receipt({k: v for k, v in body(3).items() if k != "item_ids"})
+        with pytest.raises(InvalidRequest):  # a receipt that lists no items: no id can be in its answer
+            store.put_feedback(Feedback("f0", body(3)["receipt_id"], ("a",)))
         store.put_feedback(Feedback("f1", body(1)["receipt_id"], ("a", "b"), "helped", "s1", ts(1)))
         store.put_receipt(body(2))
         store.put_feedback(Feedback("f2", body(2)["receipt_id"], (), created_at=ts(2)))

@@ -1,0 +1,83 @@
+"""Smart case for quoted literals (issue 12 item 4), with the real rg over a real repo.
+
+ripgrep's ``--smart-case`` rule: a quoted literal with no upper-case letter matches in any case;
+one with an upper-case letter matches exactly. The exact-case match ranks first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.types import Evidence
+from engine.workspace import Workspace
+from tests.conftest import make_repo
+from tests.external_support import planned_and_found
+from tests.helpers import ask
+
+pytestmark = pytest.mark.anyio
+
+FILES = {
+    # the case-insensitive matches come first by path and by match count: every other ranking
+    # signal favours them, and the exact-case match must still rank first
+    "net/refused.py": (
+        "class Refused:\n    MESSAGE = 'Connection Refused'\n    TITLE = 'Connection Refused'\n"
+        "    HINT = 'Connection Refused: is the server up?'\n"
+    ),
+    "net/client.py": "import logging\n\n\ndef connect():\n    logging.error('connection refused')\n",
+    "net/other.py": "CONNECTION_REFUSED = 'CONNECTION REFUSED by peer'\n",
+    "net/unrelated.py": "def ok():\n    return 'connected'\n",
+}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "ws" / "net", FILES)
+
+
+async def grep(ws: Workspace, question: str) -> tuple[list[Evidence], dict[str, Any]]:
+    return await planned_and_found("ripgrep", ws, question)
+
+
+async def test_a_lower_case_literal_matches_any_case_exact_case_first(repo: Path) -> None:
+    items, plan = await grep(Workspace.open([repo]), '"connection refused"')
+    assert plan["mode"] == "fixed-smart-case"
+    assert items[0].path == "net/client.py"  # as written: first
+    assert {e.path for e in items} == {"net/client.py", "net/refused.py", "net/other.py"}
+    by_path = {e.path: e for e in items}
+    assert "case-insensitive-match" not in by_path["net/client.py"].flags
+    for other in ("net/refused.py", "net/other.py"):
+        assert "case-insensitive-match" in by_path[other].flags
+        assert by_path[other].score < by_path["net/client.py"].score
+
+
+async def test_a_literal_with_an_upper_case_letter_matches_exactly(repo: Path) -> None:
+    items, plan = await grep(Workspace.open([repo]), '"Connection Refused"')
+    assert plan["mode"] == "fixed"
+    assert [e.path for e in items] == ["net/refused.py"]
+    assert "case-insensitive-match" not in items[0].flags
+
+
+async def test_smart_case_is_decided_over_the_whole_literal_set(repo: Path) -> None:
+    # as rg --smart-case does with several patterns: one upper-case letter makes the set exact
+    _, plan = await grep(Workspace.open([repo]), 'find "connection refused" or "Refused"')
+    assert plan["mode"] == "fixed"
+    _, plan = await grep(Workspace.open([repo]), 'find "connection refused" or "peer"')
+    assert plan["mode"] == "fixed-smart-case"
+
+
+async def test_identifiers_stay_case_sensitive(repo: Path) -> None:
+    _, plan = await grep(Workspace.open([repo]), "where is connect_timeout used")
+    assert plan["mode"] == "fixed"
+
+
+def test_router_answers_a_lower_case_quote_with_the_title_case_line(repo: Path, config_dir: Path) -> None:
+    r = ask(config_dir, repo, '"connection refused"')
+    assert r.error is None
+    found = {it["path"]: it for it in r.response["items"]}
+    assert "net/refused.py" in found and "Connection Refused" in found["net/refused.py"]["content"]
+    ranked = [it["path"] for it in r.response["items"]]
+    assert ranked.index("net/client.py") < ranked.index("net/refused.py")
+    assert r.response["receipt"]["sub_queries"]["ripgrep"]["mode"] == "fixed-smart-case"
