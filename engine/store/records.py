@@ -171,6 +171,32 @@ class ExpertStats(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class ReceiptMix(_Record):
+    """What a window of receipts looks like in aggregate: how many, by class (``None`` when no
+    class was decided) and by status, and how many were answered from the cache."""
+
+    total: int
+    by_class: dict[str | None, int]
+    by_status: dict[str, int]
+    cache_hits: int
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        return round(self.cache_hits / self.total, 4) if self.total else None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSnapshot(_Record):
+    """The config content a ``config_version`` hashes (``sha256(canonical_json(content))``):
+    the pipelines involved, experts.yaml, priors.yaml and the classifier rules. Written once per
+    version, off the hot path, so two versions seen in receipts can be compared later."""
+
+    config_version: str
+    content: dict[str, Any]
+    created_at: str = field(default_factory=now_iso)
+
+
+@dataclass(frozen=True, slots=True)
 class CacheEntry(_Record):
     key: str
     response: dict[str, Any]
@@ -181,7 +207,7 @@ class CacheEntry(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Feedback(_Record):
-    """Which evidence ids helped, for a receipt that must exist."""
+    """Which evidence ids helped (and which did not), for a receipt that must exist."""
 
     feedback_id: str
     receipt_id: str
@@ -189,6 +215,7 @@ class Feedback(_Record):
     note: str = ""
     session_id: str | None = None
     created_at: str = field(default_factory=now_iso)
+    not_useful_item_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
