@@ -46,6 +46,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "result_count": len(state.fused)
         if state.request.mode == "fused"
         else sum(len(o.items) for o in state.outcomes.values()),
+        "returned": returned_items(state),
         "status": status,
     }
     if state.confidence is not None:
@@ -53,6 +54,18 @@ def build_receipt(state: RunState) -> dict[str, Any]:
     if state.error is not None:
         receipt["error"] = state.error.to_dict()
     return receipt
+
+
+def returned_items(state: RunState) -> list[dict[str, Any]]:
+    """Each item the answer returns: its id, fused rank and which experts found it at which rank
+    (in separate mode, every expert list the id appears in). Feedback is checked against these."""
+    if state.request.mode == "separate":
+        found: dict[str, dict[str, int]] = {}
+        for name, listed in sorted(state.separate.items()):
+            for it in listed.get("items", ()):
+                found.setdefault(str(it["id"]), {})[name] = int(it["rank"])
+        return [{"id": i, "experts": e} for i, e in found.items()]
+    return [{"id": it.id, "rank": it.rank, "experts": {s.expert: s.rank for s in it.sources}} for it in state.fused]
 
 
 def write_receipt(state: RunState) -> None:
