@@ -1,12 +1,13 @@
 # Two commands on a fresh machine:
 #   make demo  — venv, install, index this repo, ask a question
-#   make test  — venv, install, run the test suite
+#   make test  — venv, install, Chromium for the browser tests, run the test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= where is the receipt signature verified
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install browser ui-shots clean
+CHROMIUM := /usr/bin/chromium
 
 $(BIN)/engine: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,13 +28,29 @@ tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
 	npm ci --silent --no-audit --no-fund --prefix tests/fixtures/node
 	@touch $@
 
+# the web UI's browser tests (tests/ui, docs/ui.md): Debian's Chromium driven by Playwright's Python
+# API (the `browser` extra); Playwright's own browser download (`playwright install`) is never used.
+# apt-get needs root (CI runs as root; elsewhere run `sudo apt-get install chromium` once).
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+$(VENV)/.browser-extra: pyproject.toml $(BIN)/engine
+	$(BIN)/pip install -q -e '.[browser]'
+	@touch $@
+
+browser: $(CHROMIUM) $(VENV)/.browser-extra
+
 lint: install
 	$(BIN)/ruff check engine tests benchmarks scripts
 	$(BIN)/ruff format --check engine tests benchmarks scripts
 	$(BIN)/mypy
 
-test: install tests/fixtures/node/node_modules lint
-	$(BIN)/python -m pytest
+test: install browser tests/fixtures/node/node_modules lint
+	ENGINE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+
+# refresh the screenshots in docs/ui/ (docs/ui.md) from a run of the browser tests
+ui-shots: install browser
+	ENGINE_REQUIRE_BROWSER=1 ENGINE_UI_SHOTS=docs/ui $(BIN)/python -m pytest tests/ui/test_browser.py
 
 clean:
 	rm -rf $(VENV) .engine

@@ -2,11 +2,13 @@
 
 Reports per-class prior changes (old → new), experts added / removed / changed (field by
 field), gate and fusion lever changes, pipeline nodes and edges added / removed / changed, and
-both sides' ``config_version`` for every pipeline.
+both sides' ``config_version`` for every pipeline. A side can also be a config snapshot kept by
+the store (:func:`materialize_snapshot`): the web UI compares two versions seen in receipts.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -18,6 +20,8 @@ from .nodes.classify import rules_fingerprint
 from .spec import ConfigSet, load_config
 
 CONFIG_FILES = ("experts.yaml", "priors.yaml")
+#: what a git revision may look like (a name, a hash, HEAD~2, v1.0^, main@{1}): never an option
+REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}:+-]{0,199}$")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -37,8 +41,10 @@ def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, A
     ]
 
 
-def _materialize_revision(repo: Path, rev: str, dest: Path) -> Path:
+def materialize_revision(repo: Path, rev: str, dest: Path) -> Path:
     """Write the config files of ``rev`` (relative to the repo root) into ``dest``."""
+    if not REVISION.match(rev) or ".." in rev.replace("...", ""):
+        raise SpecError(f"{rev!r} is not a git revision")
 
     def git(*args: str) -> str:
         res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
@@ -66,7 +72,24 @@ def _load(side: str, repo: Path, tmp: Path) -> ConfigSet:
     p = Path(side)
     if p.is_dir():
         return load_config(p)
-    return load_config(_materialize_revision(repo, side, tmp / "rev"))
+    return load_config(materialize_revision(repo, side, tmp / "rev"))
+
+
+def materialize_snapshot(content: Mapping[str, Any], dest: Path) -> Path:
+    """Write a config snapshot's files (experts.yaml, priors.yaml, the pipelines it involves) into
+    ``dest``, so it loads as a config folder."""
+    import yaml
+
+    try:
+        files = {"experts.yaml": content["experts"], "priors.yaml": content["priors"]}
+        files.update({f"pipelines/{name}.yaml": raw for name, raw in content["pipelines"].items()})
+    except (KeyError, AttributeError, TypeError):
+        raise SpecError("the config snapshot lacks experts, priors or pipelines") from None
+    for rel, data in files.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return dest
 
 
 def _pipelines(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
@@ -98,38 +121,42 @@ def _pipelines(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
 
 def diff_configs(a: str, b: str, repo: Path = Path(".")) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as ta, tempfile.TemporaryDirectory() as tb:
-        ca, cb = _load(a, repo, Path(ta)), _load(b, repo, Path(tb))
-        rules = rules_fingerprint()
-        classes = sorted(set(ca.raw_priors["classes"]) | set(cb.raw_priors["classes"]))
-        priors = {}
-        for c in classes:
-            wa, wb = ca.raw_priors["classes"].get(c, {}), cb.raw_priors["classes"].get(c, {})
-            ch = {e: {"old": wa.get(e), "new": wb.get(e)} for e in sorted(set(wa) | set(wb)) if wa.get(e) != wb.get(e)}
-            if ch:
-                priors[c] = ch
-        other = {k: v for k, v in ca.raw_priors.items() if k != "classes"}
-        other_b = {k: v for k, v in cb.raw_priors.items() if k != "classes"}
-        ea, eb = ca.raw_experts["experts"], cb.raw_experts["experts"]
-        names = sorted(set(ca.pipelines) | set(cb.pipelines))
-        return {
-            "a": a,
-            "b": b,
-            "config_version": {
-                n: {
-                    "a": ca.config_version(ca.pipelines[n], rules) if n in ca.pipelines else None,
-                    "b": cb.config_version(cb.pipelines[n], rules) if n in cb.pipelines else None,
-                }
-                for n in names
-            },
-            "priors": priors,
-            "priors_other": _changes(other, other_b),
-            "experts": {
-                "added": sorted(set(eb) - set(ea)),
-                "removed": sorted(set(ea) - set(eb)),
-                "changed": {e: _changes(ea[e], eb[e]) for e in sorted(set(ea) & set(eb)) if ea[e] != eb[e]},
-            },
-            "pipelines": _pipelines(ca, cb),
-        }
+        return diff_sets(_load(a, repo, Path(ta)), _load(b, repo, Path(tb)), a, b)
+
+
+def diff_sets(ca: ConfigSet, cb: ConfigSet, a: str, b: str) -> dict[str, Any]:
+    """The semantic diff of two loaded config sets, labelled ``a`` and ``b``."""
+    rules = rules_fingerprint()
+    classes = sorted(set(ca.raw_priors["classes"]) | set(cb.raw_priors["classes"]))
+    priors = {}
+    for c in classes:
+        wa, wb = ca.raw_priors["classes"].get(c, {}), cb.raw_priors["classes"].get(c, {})
+        ch = {e: {"old": wa.get(e), "new": wb.get(e)} for e in sorted(set(wa) | set(wb)) if wa.get(e) != wb.get(e)}
+        if ch:
+            priors[c] = ch
+    other = {k: v for k, v in ca.raw_priors.items() if k != "classes"}
+    other_b = {k: v for k, v in cb.raw_priors.items() if k != "classes"}
+    ea, eb = ca.raw_experts["experts"], cb.raw_experts["experts"]
+    names = sorted(set(ca.pipelines) | set(cb.pipelines))
+    return {
+        "a": a,
+        "b": b,
+        "config_version": {
+            n: {
+                "a": ca.config_version(ca.pipelines[n], rules) if n in ca.pipelines else None,
+                "b": cb.config_version(cb.pipelines[n], rules) if n in cb.pipelines else None,
+            }
+            for n in names
+        },
+        "priors": priors,
+        "priors_other": _changes(other, other_b),
+        "experts": {
+            "added": sorted(set(eb) - set(ea)),
+            "removed": sorted(set(ea) - set(eb)),
+            "changed": {e: _changes(ea[e], eb[e]) for e in sorted(set(ea) & set(eb)) if ea[e] != eb[e]},
+        },
+        "pipelines": _pipelines(ca, cb),
+    }
 
 
 def format_diff(d: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ two-file change. The rest of the engine speaks plain types: :class:`ToolSpec`, :
   message carrying text the SDK's strict JSON parser refuses (a lone surrogate, ``"x \\ud800"``)
   is read with Python's parser and reaches the tool, which answers it as ``invalid_request``.
   The SDK's own reader drops such lines and the client waits forever.
-* :func:`http_app` adds bearer-token auth in front of the SDK's streamable-HTTP app.
+* :func:`http_app` adds bearer-token auth in front of the SDK's streamable-HTTP app, and mounts
+  the web UI (:mod:`engine.ui`) at every other path.
 """
 
 from __future__ import annotations
@@ -241,17 +242,34 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "/mcp") -> Any:
-    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback), behind bearer auth."""
+class PathSplit:
+    """ASGI: requests under ``path`` and the lifespan go to the MCP app, every other path to
+    ``pages`` (the web UI, which applies the same auth rules itself: :mod:`engine.ui.security`)."""
+
+    def __init__(self, mcp: Any, pages: Any, path: str) -> None:
+        self.mcp, self.pages, self.path = mcp, pages, path
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        p = scope.get("path", "")
+        if scope["type"] == "lifespan" or p == self.path or p.startswith(self.path + "/"):
+            await self.mcp(scope, receive, send)
+        else:
+            await self.pages(scope, receive, send)
+
+
+def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "/mcp", pages: Any = None) -> Any:
+    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback), behind bearer
+    auth, with ``pages`` (an ASGI app) served at every other path."""
     app = server.streamable_http_app(streamable_http_path=path, host=host)
-    return BearerAuth(app, token) if token else app
+    mcp = BearerAuth(app, token) if token else app
+    return mcp if pages is None else PathSplit(mcp, pages, path)
 
 
-async def run_http(server: Server[Any], *, host: str, port: int, token: str | None) -> None:
+async def run_http(server: Server[Any], *, host: str, port: int, token: str | None, pages: Any = None) -> None:
     import uvicorn
 
     config = uvicorn.Config(
-        http_app(server, host=host, token=token),
+        http_app(server, host=host, token=token, pages=pages),
         host=host,
         port=port,
         log_level="info",

@@ -16,6 +16,7 @@ text) is answered with ``invalid_request`` and a receipt whose request is the es
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -40,7 +41,7 @@ from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
 from .spec import ConfigSet, ExpertSpec, PipelineSpec, escape_undecodable, parse_request
-from .store import BenchmarkEvent, CacheEntry, Store, open_store
+from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
 
@@ -107,6 +108,20 @@ class RunResult:
         return 0 if self.error is None else self.error.exit_code
 
 
+@dataclass(frozen=True)
+class _NewVersion:
+    """A config version this router used for the first time: snapshotted by :meth:`Router.flush`."""
+
+    config: ConfigSet
+    pipeline: PipelineSpec
+    version: str
+    created_at: str
+
+    def snapshot(self) -> ConfigSnapshot:
+        content = self.config.config_content(self.pipeline, rules_fingerprint())
+        return ConfigSnapshot(self.version, json.loads(canonical_json(content)), self.created_at)
+
+
 @dataclass
 class _Loaded:
     config: ConfigSet
@@ -133,7 +148,8 @@ class Router:
         self.receipt_log = ReceiptLog(self.store, keys if keys is not None else KeyRing(workspace.data_dir))
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._loaded: _Loaded | None = None
-        self._after: list[BenchmarkEvent | CacheEntry] = []
+        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion] = []
+        self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
         self._memo: dict[str, tuple[float, CacheEntry]] = {}
@@ -303,13 +319,21 @@ class Router:
         state.pipelines_run.append(spec.name)
         write_receipt(state)
         assert state.receipt is not None
+        with self._after_lock:
+            self._note_version(state)
         return RunResult({"items": [], "error": exc.to_dict(), "receipt": state.receipt}, exc)
 
     def _queue_after(self, state: RunState, response: dict[str, Any]) -> None:
         with self._after_lock:
             self._queue_after_locked(state, response)
 
+    def _note_version(self, state: RunState) -> None:
+        if state.config_version not in self._versions_seen:  # once per version: a set lookup per run
+            self._versions_seen.add(state.config_version)
+            self._after.append(_NewVersion(state.config, state.pipeline, state.config_version, state.created_at))
+
     def _queue_after_locked(self, state: RunState, response: dict[str, Any]) -> None:
+        self._note_version(state)
         receipt = state.receipt or {}
         c = state.classification
         for name, o in sorted(state.outcomes.items()):
@@ -368,6 +392,8 @@ class Router:
             for entry in pending:
                 if isinstance(entry, CacheEntry):
                     self.store.cache_put(entry)
+                elif isinstance(entry, _NewVersion):  # kept so two versions seen in receipts can be diffed
+                    self.store.put_config_snapshot(entry.snapshot())
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
         except StoreError as exc:

@@ -18,6 +18,8 @@ is only touched through :mod:`engine.mcp_server` (with :mod:`engine.mcp_client`,
   the answer says so (``truncated``). The signed receipt is never altered.
 * **Off the hot path.** After each answer a background task runs :meth:`Router.flush` (events,
   cache rows, DuckDB ingest) in a worker thread; the last flush runs at shutdown.
+* **Pages.** Over HTTP the web UI (:mod:`engine.ui`, docs/ui.md) is served at ``/`` beside
+  ``/mcp``, on the same Router, with the same auth rules.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from . import __version__
 from .errors import EngineError, InvalidRequest, SpecError, StoreError
 from .mcp_server import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
 from .render import render
-from .runtime import Router
+from .runtime import Router, RunResult
 from .spec import load_schema
 from .store import Feedback
 from .workspace import Workspace
@@ -62,6 +64,7 @@ FEEDBACK_SCHEMA = {
     "properties": {
         "receipt_id": {"type": "string", "minLength": 1, "maxLength": 200},
         "useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
+        "not_useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
         "note": {"type": "string", "maxLength": 4000},
         "session_id": {"type": "string", "maxLength": 200},
     },
@@ -160,8 +163,8 @@ class RouterTools:
         tools.append(
             ToolSpec(
                 "feedback",
-                "Record which evidence items of an answer helped (their `id`s) and an "
-                "optional note. Improves routing over time.",
+                "Record which evidence items of an answer helped (their `id`s), optionally which did not "
+                "(`not_useful_item_ids`), and a note. Improves routing over time.",
                 FEEDBACK_SCHEMA,
                 read_only=False,
             )
@@ -190,15 +193,25 @@ class RouterTools:
             fmt = self.default_format
         request.setdefault("format", fmt)
         try:
-            result = await self.router.run(name, request)
+            result = await self.run(name, request)
         except EngineError as exc:  # e.g. the config cannot be loaded at all
             return ToolReply(f"{exc.code}: {exc.message}", {"error": exc.to_dict()}, is_error=True)
-        finally:
-            self._dirty.set()
         text, response = fit_answer(result.response, fmt, self.max_chars)
         if result.error is not None:
             text = f"{result.error.code}: {result.error.message}\n{text}"
         return ToolReply(text, response, is_error=result.error is not None)
+
+    async def run(self, pipeline: str, request: dict[str, Any]) -> RunResult:
+        """Run a pipeline, then let the flusher do the deferred work (what every tool call does;
+        the web UI's Ask page runs through here too)."""
+        try:
+            return await self.router.run(pipeline, request)
+        finally:
+            self._dirty.set()
+
+    def changed(self) -> None:
+        """Something was written (feedback from the web UI): ingest it soon."""
+        self._dirty.set()
 
     async def _feedback(self, args: dict[str, Any]) -> ToolReply:
         rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
@@ -206,11 +219,15 @@ class RouterTools:
             return _error("invalid_request", "receipt_id (a non-empty string) is required", field="receipt_id")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             return _error("invalid_request", "useful_item_ids (a list of strings) is required", field="useful_item_ids")
+        bad = args.get("not_useful_item_ids", [])
+        if not isinstance(bad, list) or not all(isinstance(i, str) for i in bad):
+            return _error("invalid_request", "not_useful_item_ids: a list of strings", field="not_useful_item_ids")
         session = args.get("session_id")
         fb = Feedback(
             feedback_id=uuid.uuid4().hex,
             receipt_id=rid,
             useful_item_ids=tuple(ids),
+            not_useful_item_ids=tuple(bad),
             note=str(args.get("note") or "")[:4000],
             session_id=session if isinstance(session, str) else None,
         )
@@ -256,9 +273,16 @@ def _error(code: str, message: str, **context: Any) -> ToolReply:
 
 
 def make_server(
-    config_dir: Path, workspace: Workspace, *, default_format: str = DEFAULT_FORMAT, max_chars: int = MAX_RESULT_CHARS
+    config_dir: Path,
+    workspace: Workspace,
+    *,
+    default_format: str = DEFAULT_FORMAT,
+    max_chars: int = MAX_RESULT_CHARS,
+    on_open: Callable[[RouterTools | None], None] | None = None,
 ) -> Any:
-    """The MCP server; its lifespan owns the Router, the flusher task and their shutdown."""
+    """The MCP server; its lifespan owns the Router, the flusher task and their shutdown.
+    ``on_open`` hears of the tool app once it is open (and ``None`` when it closes): the web UI
+    shares its Router."""
 
     @asynccontextmanager
     async def open_app() -> AsyncIterator[RouterTools]:
@@ -268,9 +292,13 @@ def make_server(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(tools.flusher)
+                if on_open is not None:
+                    on_open(tools)
                 try:
                     yield tools
                 finally:
+                    if on_open is not None:
+                        on_open(None)
                     tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -309,8 +337,12 @@ def serve(
             f"binding {host} (not loopback) requires --token; every request must then carry "
             "'Authorization: Bearer <token>'"
         )
-    server = make_server(config_dir, workspace)
     if transport == "stdio":
-        anyio.run(run_stdio, server)
-    else:
-        anyio.run(lambda: run_http(server, host=host, port=port, token=token))
+        anyio.run(run_stdio, make_server(config_dir, workspace))
+        return
+    from .ui import ui_app  # the pages (docs/ui.md): only the HTTP transport serves them
+
+    opened: list[RouterTools | None] = [None]
+    server = make_server(config_dir, workspace, on_open=lambda tools: opened.__setitem__(0, tools))
+    pages = ui_app(lambda: opened[0], token=token, loopback=is_loopback(host))
+    anyio.run(lambda: run_http(server, host=host, port=port, token=token, pages=pages))

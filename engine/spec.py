@@ -186,21 +186,22 @@ class ConfigSet:
 
     def config_version(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> str:
         """sha256 of the canonical JSON of everything that can change this pipeline's answers."""
+        return sha256_hex(canonical_json(self.config_content(pipeline, classifier_rules)))
+
+    def config_content(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> dict[str, Any]:
+        """What :meth:`config_version` hashes: the pipeline and those it routes to, experts.yaml,
+        priors.yaml and the classifier's rules (kept by the store as a config snapshot)."""
         involved = {pipeline.name: pipeline.raw}
         for node in pipeline.nodes:
             for target in node.settings.get("routes", {}).values():
                 if target in self.pipelines:
                     involved[target] = self.pipelines[target].raw
-        return sha256_hex(
-            canonical_json(
-                {
-                    "pipelines": involved,
-                    "experts": self.raw_experts,
-                    "priors": self.raw_priors,
-                    "classifier": classifier_rules,
-                }
-            )
-        )
+        return {
+            "pipelines": involved,
+            "experts": self.raw_experts,
+            "priors": self.raw_priors,
+            "classifier": classifier_rules,
+        }
 
 
 def _check_secret_patterns(raw: Mapping[str, Any], file: Path) -> None:

@@ -37,7 +37,7 @@ async def test_feedback_over_mcp_names_a_real_receipt_and_its_items(ws: Workspac
         other = (await client.call_tool("router", {"question": "retry budget from the environment"})).structured_content
         rid = first["receipt"]["receipt_id"]
         ids = [it["id"] for it in first["items"]]
-        assert ids and first["receipt"]["item_ids"] == ids  # the signed receipt lists its answer
+        assert ids and [r["id"] for r in first["receipt"]["returned"]] == ids  # the signed receipt lists its answer
         foreign = next(it["id"] for it in other["items"] if it["id"] not in ids)
 
         async def feedback(**args: Any) -> Any:
@@ -63,7 +63,7 @@ async def test_feedback_over_mcp_names_a_real_receipt_and_its_items(ws: Workspac
 
         # an answer from the cache has a receipt of its own, listing the cached items
         again = (await client.call_tool("router", {"question": 'find "PaymentGateway"'})).structured_content
-        assert again["receipt"]["cache"]["hit"] and again["receipt"]["item_ids"] == ids
+        assert again["receipt"]["cache"]["hit"] and [r["id"] for r in again["receipt"]["returned"]] == ids
         assert not (await feedback(receipt_id=again["receipt"]["receipt_id"], useful_item_ids=ids[:1])).is_error
     # only the valid feedback was recorded
     rows = DuckDBStore(ws.data_dir).list_feedback()

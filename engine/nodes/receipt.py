@@ -46,7 +46,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "result_count": len(state.fused)
         if state.request.mode == "fused"
         else sum(len(o.items) for o in state.outcomes.values()),
-        "item_ids": answer_item_ids(state),
+        "returned": returned_items(state),
         "status": status,
     }
     if state.confidence is not None:
@@ -56,14 +56,16 @@ def build_receipt(state: RunState) -> dict[str, Any]:
     return receipt
 
 
-def answer_item_ids(state: RunState) -> list[str]:
-    """The ids of the items the answer holds (every list's, in separate mode), in answer order:
-    feedback may name these and no others (:func:`engine.store.records.check_feedback`)."""
+def returned_items(state: RunState) -> list[dict[str, Any]]:
+    """Each item the answer returns: its id, fused rank and which experts found it at which rank
+    (in separate mode, every expert list the id appears in). Feedback is checked against these."""
     if state.request.mode == "separate":
-        ids = [str(it["id"]) for s in state.separate.values() for it in s.get("items", ())]
-    else:
-        ids = [it.id for it in state.fused]
-    return list(dict.fromkeys(ids))
+        found: dict[str, dict[str, int]] = {}
+        for name, listed in sorted(state.separate.items()):
+            for it in listed.get("items", ()):
+                found.setdefault(str(it["id"]), {})[name] = int(it["rank"])
+        return [{"id": i, "experts": e} for i, e in found.items()]
+    return [{"id": it.id, "rank": it.rank, "experts": {s.expert: s.rank for s in it.sources}} for it in state.fused]
 
 
 def write_receipt(state: RunState) -> None:

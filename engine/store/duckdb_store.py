@@ -39,11 +39,13 @@ from .records import (
     BanditArm,
     BenchmarkEvent,
     CacheEntry,
+    ConfigSnapshot,
     EventQuery,
     Experiment,
     ExpertStats,
     Feedback,
     Hint,
+    ReceiptMix,
     ReceiptQuery,
     ReceiptSummary,
     RepairReport,
@@ -53,7 +55,7 @@ from .records import (
 )
 from .schema import JSON_COLUMNS, TABLES, select_sql
 from .spool import SpoolWriter, encode, segment_files, spool_files
-from .sql import event_where, receipt_where, stats_sql
+from .sql import event_where, mix_sql, receipt_where, stats_sql
 
 DB_NAME = "engine.duckdb"
 REPAIR_FIX = "run `engine store repair` (rebuilds engine.duckdb from the spool log; the damaged file is kept aside)"
@@ -94,7 +96,11 @@ class DuckDBStore:
         check_feedback(feedback, self.get_receipt(feedback.receipt_id))
         row = feedback.to_dict()
         row["useful_item_ids"] = list(feedback.useful_item_ids)
+        row["not_useful_item_ids"] = list(feedback.not_useful_item_ids)
         self._append("feedback", [row], durable=True)
+
+    def put_config_snapshot(self, snapshot: ConfigSnapshot) -> None:
+        self._append("config_snapshots", [snapshot.to_dict()], durable=True)
 
     def put_experiment(self, experiment: Experiment) -> None:
         self._append("experiments", [experiment.to_dict()], durable=True)
@@ -203,6 +209,18 @@ class DuckDBStore:
             sql, params = sql + " LIMIT ?", [*params, query.limit]
         return [ReceiptSummary(*r) for r in self._read(sql, params)]
 
+    def receipt_mix(self, query: ReceiptQuery = ReceiptQuery()) -> ReceiptMix:
+        sql, params = mix_sql(query)
+        by_class: dict[str | None, int] = {}
+        by_status: dict[str, int] = {}
+        total = hits = 0
+        for klass, status, hit, n in self._read(sql, params):
+            total += n
+            hits += n if hit else 0
+            by_class[klass] = by_class.get(klass, 0) + n
+            by_status[status] = by_status.get(status, 0) + n
+        return ReceiptMix(total, by_class, by_status, hits)
+
     def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
         sql, params = select_sql("receipts"), []
         if receipt_id is not None:
@@ -274,9 +292,23 @@ class DuckDBStore:
 
     def list_feedback(self, receipt_id: str | None = None) -> list[Feedback]:
         return [
-            Feedback(**{**r, "useful_item_ids": tuple(r["useful_item_ids"] or ())})
+            Feedback(
+                **{
+                    **r,
+                    "useful_item_ids": tuple(r["useful_item_ids"] or ()),
+                    "not_useful_item_ids": tuple(r["not_useful_item_ids"] or ()),
+                }
+            )
             for r in self._rows("feedback", "receipt_id", receipt_id, "created_at, feedback_id")
         ]
+
+    def get_config_snapshot(self, config_version: str) -> ConfigSnapshot | None:
+        rows = self._rows("config_snapshots", "config_version", config_version, "config_version")
+        return ConfigSnapshot(**rows[0]) if rows else None
+
+    def list_config_snapshots(self) -> list[ConfigSnapshot]:
+        rows = self._rows("config_snapshots", "config_version", None, "created_at, config_version")
+        return [ConfigSnapshot(**r) for r in rows]
 
     def list_experiments(self, suite: str | None = None) -> list[Experiment]:
         return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]

@@ -18,11 +18,13 @@ from .records import (
     BanditArm,
     BenchmarkEvent,
     CacheEntry,
+    ConfigSnapshot,
     EventQuery,
     Experiment,
     ExpertStats,
     Feedback,
     Hint,
+    ReceiptMix,
     ReceiptQuery,
     ReceiptSummary,
     RepairReport,
@@ -51,6 +53,7 @@ class MemoryStore:
         self._experiments: dict[str, Experiment] = {}
         self._hints: dict[str, Hint] = {}
         self._bandit: dict[str, BanditArm] = {}
+        self._snapshots: dict[str, ConfigSnapshot] = {}
 
     # ------------------------------------------------------------------ writes: log, then tables
     def _write(self, table: str, record: Any) -> None:
@@ -80,9 +83,16 @@ class MemoryStore:
             "feedback": self._feedback,
             "experiments": self._experiments,
             "hints": self._hints,
+            "config_snapshots": self._snapshots,
         }
         target = tables[table]
-        key = {"events": "event_id", "feedback": "feedback_id", "experiments": "experiment_id", "hints": "hint_id"}
+        key = {
+            "events": "event_id",
+            "feedback": "feedback_id",
+            "experiments": "experiment_id",
+            "hints": "hint_id",
+            "config_snapshots": "config_version",
+        }
         target.setdefault(getattr(record, key[table]), record)
 
     def put_receipt(self, receipt: Mapping[str, Any]) -> None:
@@ -99,6 +109,9 @@ class MemoryStore:
         stored = self.receipts.get(feedback.receipt_id)
         check_feedback(feedback, stored.body if stored is not None else None)
         self._write("feedback", feedback)
+
+    def put_config_snapshot(self, snapshot: ConfigSnapshot) -> None:
+        self._write("config_snapshots", copy.deepcopy(snapshot))
 
     def put_experiment(self, experiment: Experiment) -> None:
         self._write("experiments", experiment)
@@ -118,6 +131,22 @@ class MemoryStore:
         return copy.deepcopy(stored.body) if stored is not None else None
 
     def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
+        return [s for s, _ in self._matching(query)][: query.limit]
+
+    def receipt_mix(self, query: ReceiptQuery = ReceiptQuery()) -> ReceiptMix:
+        by_class: dict[str | None, int] = {}
+        by_status: dict[str, int] = {}
+        hits = 0
+        matching = self._matching(query)
+        for summary, body in matching:
+            by_class[summary.klass] = by_class.get(summary.klass, 0) + 1
+            by_status[summary.status] = by_status.get(summary.status, 0) + 1
+            cache = body.get("cache")
+            hits += isinstance(cache, dict) and cache.get("hit") is True
+        return ReceiptMix(len(matching), by_class, by_status, hits)
+
+    def _matching(self, query: ReceiptQuery) -> list[tuple[ReceiptSummary, dict[str, Any]]]:
+        """Receipts passing ``query``'s filters (its limit aside), newest first, with their bodies."""
         out = []
         for s in self.receipts.values():
             c = s.columns
@@ -135,21 +164,20 @@ class MemoryStore:
                 continue
             if not _in_window(c["created_at"], query.since, query.until):
                 continue
-            out.append(
-                ReceiptSummary(
-                    c["receipt_id"],
-                    c["created_at"],
-                    pipeline,
-                    c["class"],
-                    c["status"],
-                    c["result_count"],
-                    c["config_version"],
-                    c["request_hash"],
-                )
+            summary = ReceiptSummary(
+                c["receipt_id"],
+                c["created_at"],
+                pipeline,
+                c["class"],
+                c["status"],
+                c["result_count"],
+                c["config_version"],
+                c["request_hash"],
             )
-        out.sort(key=lambda r: r.receipt_id)
-        out.sort(key=lambda r: r.created_at, reverse=True)
-        return out if query.limit is None else out[: query.limit]
+            out.append((summary, s.body or {}))
+        out.sort(key=lambda r: r[0].receipt_id)
+        out.sort(key=lambda r: r[0].created_at, reverse=True)
+        return out
 
     def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
         for rid in sorted(self.receipts):
@@ -197,6 +225,14 @@ class MemoryStore:
         out = [f for f in self._feedback.values() if receipt_id is None or f.receipt_id == receipt_id]
         return sorted(out, key=lambda f: (f.created_at, f.feedback_id))
 
+    def get_config_snapshot(self, config_version: str) -> ConfigSnapshot | None:
+        snap = self._snapshots.get(config_version)
+        return copy.deepcopy(snap) if snap is not None else None
+
+    def list_config_snapshots(self) -> list[ConfigSnapshot]:
+        ordered = sorted(self._snapshots.values(), key=lambda s: (s.created_at, s.config_version))
+        return [copy.deepcopy(s) for s in ordered]
+
     def list_experiments(self, suite: str | None = None) -> list[Experiment]:
         out = [x for x in self._experiments.values() if suite is None or x.suite == suite]
         return sorted(out, key=lambda x: (x.created_at, x.experiment_id))
@@ -228,7 +264,16 @@ class MemoryStore:
             extra = [b for b in salvaged if str(b.get("receipt_id")) not in logged]
             self._log += [("receipts", b) for b in extra]
             self.receipts.clear()
-            for store in (self._events, self._cache, self._feedback, self._experiments, self._hints, self._bandit):
+            every: tuple[dict[str, Any], ...] = (
+                self._events,
+                self._cache,
+                self._feedback,
+                self._experiments,
+                self._hints,
+                self._bandit,
+                self._snapshots,
+            )
+            for store in every:
                 store.clear()
             for table, record in self._log:
                 self._apply(table, record)
@@ -240,6 +285,7 @@ class MemoryStore:
                 "feedback": len(self._feedback),
                 "hints": len(self._hints),
                 "bandit_state": len(self._bandit),
+                "config_snapshots": len(self._snapshots),
             }
             return RepairReport(tables=tables, log_receipts=len(logged) + len(extra), salvaged=len(extra))
 

@@ -30,11 +30,13 @@ from .records import (
     BanditArm,
     BenchmarkEvent,
     CacheEntry,
+    ConfigSnapshot,
     EventQuery,
     Experiment,
     ExpertStats,
     Feedback,
     Hint,
+    ReceiptMix,
     ReceiptQuery,
     ReceiptSummary,
     RepairReport,
@@ -57,6 +59,10 @@ class Store(Protocol):
 
     def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
         """Newest first (``created_at`` descending, then ``receipt_id``), filtered by ``query``."""
+
+    def receipt_mix(self, query: ReceiptQuery = ReceiptQuery()) -> ReceiptMix:
+        """Receipts matching ``query`` counted by class and status, and the cache hits among
+        them (``cache.hit`` of the signed body). ``query.limit`` is ignored."""
 
     # ------------------------------------------------------------------ verification reads
     def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
@@ -118,6 +124,16 @@ class Store(Protocol):
 
     def list_bandit(self, task_class: str | None = None) -> list[BanditArm]:
         """In ``arm_id`` order."""
+
+    # ------------------------------------------------------------------ config snapshots
+    def put_config_snapshot(self, snapshot: ConfigSnapshot) -> None:
+        """Keep the content of a config version (the first copy of a version wins: same hash,
+        same content)."""
+
+    def get_config_snapshot(self, config_version: str) -> ConfigSnapshot | None: ...
+
+    def list_config_snapshots(self) -> list[ConfigSnapshot]:
+        """In ``created_at``, ``config_version`` order."""
 
     # ------------------------------------------------------------------ upkeep
     def sync(self, timeout_s: float = 30.0) -> int:

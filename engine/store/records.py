@@ -173,6 +173,32 @@ class ExpertStats(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class ReceiptMix(_Record):
+    """What a window of receipts looks like in aggregate: how many, by class (``None`` when no
+    class was decided) and by status, and how many were answered from the cache."""
+
+    total: int
+    by_class: dict[str | None, int]
+    by_status: dict[str, int]
+    cache_hits: int
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        return round(self.cache_hits / self.total, 4) if self.total else None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSnapshot(_Record):
+    """The config content a ``config_version`` hashes (``sha256(canonical_json(content))``):
+    the pipelines involved, experts.yaml, priors.yaml and the classifier rules. Written once per
+    version, off the hot path, so two versions seen in receipts can be compared later."""
+
+    config_version: str
+    content: dict[str, Any]
+    created_at: str = field(default_factory=now_iso)
+
+
+@dataclass(frozen=True, slots=True)
 class CacheEntry(_Record):
     key: str
     response: dict[str, Any]
@@ -183,7 +209,7 @@ class CacheEntry(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Feedback(_Record):
-    """Which evidence ids helped, for a receipt that must exist (:func:`check_feedback`)."""
+    """Which evidence ids helped (and which did not), for a receipt that must exist."""
 
     feedback_id: str
     receipt_id: str
@@ -191,28 +217,38 @@ class Feedback(_Record):
     note: str = ""
     session_id: str | None = None
     created_at: str = field(default_factory=now_iso)
+    not_useful_item_ids: tuple[str, ...] = ()
+
+
+def returned_ids(receipt: Mapping[str, Any]) -> set[str]:
+    """The ids of the items a receipt says its answer returned (its signed ``returned`` list)."""
+    returned = receipt.get("returned")
+    if not isinstance(returned, list):
+        return set()
+    return {str(r["id"]) for r in returned if isinstance(r, Mapping) and "id" in r}
 
 
 def check_feedback(feedback: Feedback, receipt: Mapping[str, Any] | None) -> None:
     """The one rule every backend applies before recording feedback: it names a stored receipt, and
-    only ids of that receipt's answer (its signed ``item_ids``; an empty list says nothing helped).
+    only ids of items that receipt's answer returned (an empty list is a note that nothing helped).
 
     Raises:
         InvalidRequest: ``field="receipt_id"`` for a receipt the store does not hold,
-            ``field="useful_item_ids"`` for an id that was not in its answer.
+            ``field="useful_item_ids"`` / ``"not_useful_item_ids"`` for an id the answer did not return.
     """
     if receipt is None:
         raise InvalidRequest(f"no receipt {feedback.receipt_id!r} in this store", field="receipt_id")
-    raw = receipt.get("item_ids")
-    answered = {i for i in raw if isinstance(i, str)} if isinstance(raw, list) else set()
-    unknown = [i for i in feedback.useful_item_ids if i not in answered]
-    if unknown:
-        shown = ", ".join(repr(i) for i in unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
-        raise InvalidRequest(
-            f"useful_item_ids: {shown} not in the answer of receipt {feedback.receipt_id!r} "
-            f"({len(answered)} items; their ids are the answer's `id` fields)",
-            field="useful_item_ids",
-        )
+    answered = returned_ids(receipt)
+    named = {"useful_item_ids": feedback.useful_item_ids, "not_useful_item_ids": feedback.not_useful_item_ids}
+    for name, ids in named.items():
+        unknown = [i for i in ids if i not in answered]
+        if unknown:
+            more = f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else ""
+            raise InvalidRequest(
+                f"{name}: {', '.join(repr(i) for i in unknown[:5])}{more} not in the answer of receipt "
+                f"{feedback.receipt_id!r} ({len(answered)} items; their ids are the answer's `id` fields)",
+                field=name,
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .records import RECEIPT_COLUMNS
 
-SCHEMA_VERSION = "2"  # 2: receipts carry their writer chain (writer, seq, prev_hash)
+# 2: receipts carry their writer chain (writer, seq, prev_hash); 3: config snapshots, not-useful feedback
+SCHEMA_VERSION = "3"
 
 DDL = """
 CREATE TABLE IF NOT EXISTS receipts (
@@ -22,7 +23,8 @@ CREATE TABLE IF NOT EXISTS cache (
   cache_key VARCHAR PRIMARY KEY, created_at VARCHAR, expires_at DOUBLE, negative BOOLEAN, response JSON);
 CREATE TABLE IF NOT EXISTS feedback (
   feedback_id VARCHAR PRIMARY KEY, receipt_id VARCHAR, useful_item_ids JSON, note VARCHAR,
-  session_id VARCHAR, created_at VARCHAR);
+  session_id VARCHAR, created_at VARCHAR, not_useful_item_ids JSON);
+CREATE TABLE IF NOT EXISTS config_snapshots (config_version VARCHAR PRIMARY KEY, created_at VARCHAR, content JSON);
 CREATE TABLE IF NOT EXISTS hints (
   hint_id VARCHAR PRIMARY KEY, project VARCHAR, path VARCHAR, symbol VARCHAR, source VARCHAR, created_at VARCHAR);
 CREATE TABLE IF NOT EXISTS bandit_state (
@@ -31,11 +33,12 @@ CREATE TABLE IF NOT EXISTS bandit_state (
 CREATE TABLE IF NOT EXISTS spool_offsets (file VARCHAR PRIMARY KEY, offset_bytes BIGINT);
 CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 """
-#: columns an older store lacks, added in place (schema 1 → 2)
+#: columns an older store lacks, added in place (schema 1 → 2 → 3)
 MIGRATIONS = (
     "ALTER TABLE receipts ADD COLUMN IF NOT EXISTS writer VARCHAR",
     "ALTER TABLE receipts ADD COLUMN IF NOT EXISTS seq BIGINT",
     "ALTER TABLE receipts ADD COLUMN IF NOT EXISTS prev_hash VARCHAR",
+    "ALTER TABLE feedback ADD COLUMN IF NOT EXISTS not_useful_item_ids JSON",
 )
 
 #: table → (primary key, columns in insert order); a spool line names its table
@@ -61,11 +64,15 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "experiments": ("experiment_id", ("experiment_id", "suite", "config_version", "git_head", "created_at", "metrics")),
     "cache": ("cache_key", ("cache_key", "created_at", "expires_at", "negative", "response")),
-    "feedback": ("feedback_id", ("feedback_id", "receipt_id", "useful_item_ids", "note", "session_id", "created_at")),
+    "feedback": (
+        "feedback_id",
+        ("feedback_id", "receipt_id", "useful_item_ids", "note", "session_id", "created_at", "not_useful_item_ids"),
+    ),
+    "config_snapshots": ("config_version", ("config_version", "created_at", "content")),
     "hints": ("hint_id", ("hint_id", "project", "path", "symbol", "source", "created_at")),
     "bandit_state": ("arm_id", ("arm_id", "task_class", "expert_id", "pulls", "reward", "updated_at")),
 }
-JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids"})
+JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids", "not_useful_item_ids", "content"})
 #: upsert tables: the row with the newest value of this column wins, whatever order rows arrive in
 NEWEST_WINS = {"cache": "created_at", "bandit_state": "updated_at"}
 

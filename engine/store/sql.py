@@ -63,3 +63,13 @@ def stats_sql(q: EventQuery) -> tuple[str, list[Any]]:
         f"FROM tool_benchmark_events{where} GROUP BY expert_id ORDER BY expert_id"
     )
     return sql, [*ERROR_STATUSES, *params]
+
+
+def mix_sql(q: ReceiptQuery) -> tuple[str, list[Any]]:
+    """Receipts by class, status and whether the cache answered them (from the signed body)."""
+    where, params = receipt_where(q)
+    sql = (
+        "SELECT class, status, coalesce(json_extract_string(body, '$.cache.hit') = 'true', false) AS hit, "
+        f"count(*) FROM receipts{where} GROUP BY ALL"
+    )
+    return sql, params

@@ -29,6 +29,7 @@ from engine.store import (
     BanditArm,
     BenchmarkEvent,
     CacheEntry,
+    ConfigSnapshot,
     EventQuery,
     Experiment,
     Feedback,
@@ -55,7 +56,7 @@ def body(i: int, *, klass: str = "identifier", status: str = "ok", pipeline: str
         "pipeline": pipeline,
         "classifier": {"class": klass, "confidence": 0.9, "rule": "r", "abstained": False},
         "result_count": i % 5,
-        "item_ids": ["a", "b", "x"],
+        "returned": [{"id": i, "experts": {}} for i in ("a", "b", "x")],
         "status": status,
         "question": "é 文 \u2028",
     }
@@ -187,7 +188,7 @@ class StoreContract:
         with pytest.raises(InvalidRequest) as foreign:  # an id that was not in the receipt's answer
             store.put_feedback(Feedback("f0", body(1)["receipt_id"], ("a", "not-an-item")))
         assert foreign.value.field == "useful_item_ids" and "not-an-item" in foreign.value.message
-        store.put_receipt({k: v for k, v in body(3).items() if k != "item_ids"})
+        store.put_receipt({k: v for k, v in body(3).items() if k != "returned"})
         with pytest.raises(InvalidRequest):  # a receipt that lists no items: no id can be in its answer
             store.put_feedback(Feedback("f0", body(3)["receipt_id"], ("a",)))
         store.put_feedback(Feedback("f1", body(1)["receipt_id"], ("a", "b"), "helped", "s1", ts(1)))
@@ -196,6 +197,40 @@ class StoreContract:
         assert [f.feedback_id for f in store.list_feedback()] == ["f1", "f2"]
         (f1,) = store.list_feedback(body(1)["receipt_id"])
         assert (f1.useful_item_ids, f1.note, f1.session_id) == (("a", "b"), "helped", "s1")
+        assert f1.not_useful_item_ids == ()
+
+    def test_feedback_keeps_the_items_marked_not_useful(self, store: Store, reopen: Callable[[], Store]) -> None:
+        store.put_receipt(body(1))
+        store.put_feedback(Feedback("f1", body(1)["receipt_id"], (), created_at=ts(1), not_useful_item_ids=("x", "b")))
+        (f1,) = reopen().list_feedback()
+        assert (f1.useful_item_ids, f1.not_useful_item_ids) == ((), ("x", "b"))
+
+    # ------------------------------------------------------------------ receipt mix, config snapshots
+    def test_receipt_mix_counts_classes_statuses_and_cache_hits(self, store: Store) -> None:
+        store.put_receipt(body(1, minute=1))
+        store.put_receipt({**body(2, minute=2), "cache": {"hit": True, "key": "k"}})
+        store.put_receipt({**body(3, minute=3, klass="docs", status="zero_expert_gate"), "cache": {"hit": False}})
+        store.put_receipt({**body(4, minute=4), "classifier": {"class": None}})
+        mix = store.receipt_mix()
+        assert (mix.total, mix.cache_hits, mix.cache_hit_rate) == (4, 1, 0.25)
+        assert mix.by_class == {"identifier": 2, "docs": 1, None: 1}
+        assert mix.by_status == {"ok": 3, "zero_expert_gate": 1}
+        windowed = store.receipt_mix(ReceiptQuery(since=ts(2), until=ts(4), limit=1))  # the limit is ignored
+        assert (windowed.total, windowed.cache_hits, windowed.by_class) == (2, 1, {"identifier": 1, "docs": 1})
+        assert store.receipt_mix(ReceiptQuery(klass="nope")).cache_hit_rate is None
+
+    def test_config_snapshots_round_trip_and_the_first_copy_wins(
+        self, store: Store, reopen: Callable[[], Store]
+    ) -> None:
+        assert store.get_config_snapshot("v1") is None and store.list_config_snapshots() == []
+        content = {"pipelines": {"router": {"nodes": [{"id": "n", "kind": "classify"}]}}, "priors": {"k": 60.5}}
+        store.put_config_snapshot(ConfigSnapshot("v2", {"experts": {}}, ts(2)))
+        store.put_config_snapshot(ConfigSnapshot("v1", content, ts(1)))
+        store.put_config_snapshot(ConfigSnapshot("v1", {"other": True}, ts(3)))  # same version: kept as first seen
+        other = reopen()
+        got = other.get_config_snapshot("v1")
+        assert got is not None and (got.content, got.created_at) == (content, ts(1))
+        assert [s.config_version for s in other.list_config_snapshots()] == ["v1", "v2"]
 
     def test_experiments_and_hints_round_trip(self, store: Store) -> None:
         store.put_experiment(Experiment("e2", "cosqa:test", "c", None, ts(2), {"ndcg": 0.5, "arm": "router"}))
@@ -235,6 +270,7 @@ class StoreContract:
         log = ReceiptLog(store, keys)
         ids = [log.append(body(i, minute=i))["receipt_id"] for i in range(6)]
         store.put_feedback(Feedback("f1", ids[0], ("x",), created_at=ts(1)))
+        store.put_config_snapshot(ConfigSnapshot("v1", {"priors": {}}, ts(1)))
         store.sync()
         damage(store)
         assert not store.health().ok or not store.list_receipts()
@@ -242,6 +278,7 @@ class StoreContract:
         assert report.tables["receipts"] == 6 and report.log_receipts == 6
         assert sorted(r.receipt_id for r in store.list_receipts(ReceiptQuery(limit=None))) == sorted(ids)
         assert [f.feedback_id for f in store.list_feedback()] == ["f1"]
+        assert [s.config_version for s in store.list_config_snapshots()] == ["v1"]
         assert store.health().ok
         again = store.repair()  # repairing a healthy store changes nothing
         assert again.tables["receipts"] == 6
