@@ -196,7 +196,6 @@ def serve(
 def validate(config_dir: ConfigDirOpt = None) -> None:
     """Validate experts.yaml, priors.yaml and every pipeline graph; report file, path and reason."""
     from .graph import build_graph
-    from .nodes.classify import rules_fingerprint
 
     try:
         cfg = load_config(config_dir or _default_config_dir())
@@ -206,7 +205,7 @@ def validate(config_dir: ConfigDirOpt = None) -> None:
         _fail(exc)
         return
     for _name, spec in sorted(cfg.pipelines.items()):
-        typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec, rules_fingerprint())}")
+        typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec)}")
 
 
 @app.command()
@@ -358,6 +357,14 @@ def eval_run(
         ),
     ] = True,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    drop_unreturnable: Annotated[
+        bool,
+        typer.Option(
+            "--drop-unreturnable",
+            help="--workspace: score without gold files the engine cannot return (e.g. withheld by the secrets "
+            "policy) instead of refusing; report.md lists them",
+        ),
+    ] = False,
     fmt: ReportFmt = "markdown",
 ) -> None:
     """Run every arm over the suite; write metrics.json, TREC runs, report.md and store rows."""
@@ -379,6 +386,7 @@ def eval_run(
         warmup=warmup,
         progress=progress,
         workspace=workspace or None,
+        drop_unreturnable=drop_unreturnable,
     )
     try:
         run_dir, metrics = write_run(run_eval(opts))

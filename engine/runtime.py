@@ -34,7 +34,6 @@ from .index.build import read_head
 from .items import CachedAnswer
 from .keys import KeyRing
 from .nodes.base import RunState
-from .nodes.classify import rules_fingerprint
 from .nodes.receipt import write_receipt
 from .receipts import ReceiptLog
 from .scheduler import run_graph
@@ -143,6 +142,7 @@ class Router:
         files = [
             self.config_dir / "experts.yaml",
             self.config_dir / "priors.yaml",
+            self.config_dir / "classifier.yaml",  # absent: -1, and the engine's default rules apply
             *sorted((self.config_dir / "pipelines").glob("*.yaml")),
         ]
         out = []
@@ -236,7 +236,7 @@ class Router:
         cfg = loaded.config
         spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
-        version = cfg.config_version(spec, rules_fingerprint())
+        version = cfg.config_version(spec)
         try:
             req = parse_request(request.to_dict() if isinstance(request, Request) else request)
             if isinstance(request, Request):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import yaml
@@ -23,6 +23,9 @@ import yaml
 from .errors import InvalidRequest, SchemaError, SpecError
 from .types import Budget, Request, Scope, canonical_json, sha256_hex
 from .workspace import LANGUAGES
+
+if TYPE_CHECKING:
+    from .classifier import ClassifierSpec
 
 
 @cache
@@ -176,6 +179,7 @@ class ConfigSet:
     pipelines: Mapping[str, PipelineSpec]  # by pipeline name
     raw_experts: Mapping[str, Any]
     raw_priors: Mapping[str, Any]
+    classifier: ClassifierSpec
 
     def pipeline_by_file(self, file: Path) -> PipelineSpec:
         file = file.resolve()
@@ -184,8 +188,9 @@ class ConfigSet:
                 return spec
         raise SpecError(f"{file} is not a pipeline of the config folder {self.root}", file=str(file))
 
-    def config_version(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> str:
-        """sha256 of the canonical JSON of everything that can change this pipeline's answers."""
+    def config_version(self, pipeline: PipelineSpec) -> str:
+        """sha256 of the canonical JSON of everything that can change this pipeline's answers:
+        the pipelines it can reach, experts.yaml, priors.yaml and the classifier's rules."""
         involved = {pipeline.name: pipeline.raw}
         for node in pipeline.nodes:
             for target in node.settings.get("routes", {}).values():
@@ -197,7 +202,7 @@ class ConfigSet:
                     "pipelines": involved,
                     "experts": self.raw_experts,
                     "priors": self.raw_priors,
-                    "classifier": classifier_rules,
+                    "classifier": self.classifier.raw,
                 }
             )
         )
@@ -287,9 +292,31 @@ def load_config(root: Path) -> ConfigSet:
         pipelines[spec.name] = spec
     if not pipelines:
         raise SpecError(f"no pipelines found in {root / 'pipelines'}")
+    from .classifier import load_classifier  # it reads YAML with this module's helpers
+
+    classifier = load_classifier(root)
+    _check_rule_weights(raw_priors, root / "priors.yaml", classifier.rule_names())
     return ConfigSet(
-        root=root, experts=experts, priors=priors, pipelines=pipelines, raw_experts=raw_experts, raw_priors=raw_priors
+        root=root,
+        experts=experts,
+        priors=priors,
+        pipelines=pipelines,
+        raw_experts=raw_experts,
+        raw_priors=raw_priors,
+        classifier=classifier,
     )
+
+
+def _check_rule_weights(raw_priors: Mapping[str, Any], file: Path, rules: tuple[str, ...]) -> None:
+    """``rule_weights`` may only name rules the classifier has (a renamed rule must not go unnoticed)."""
+    for rule in raw_priors.get("rule_weights", {}):
+        if rule not in rules:
+            raise SchemaError(
+                f"unknown classifier rule {rule!r}; classifier.yaml has {list(rules)}",
+                file=str(file),
+                path=f"rule_weights/{rule}",
+                line=line_of(file, ["rule_weights", rule]),
+            )
 
 
 def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:

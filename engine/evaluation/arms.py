@@ -74,6 +74,8 @@ def _copy_config(src: Path, dst: Path, priors: dict[str, Any]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "pipelines").mkdir(parents=True)
     shutil.copy2(src / "experts.yaml", tmp / "experts.yaml")
+    if (src / "classifier.yaml").is_file():  # the arm classifies exactly as the router does
+        shutil.copy2(src / "classifier.yaml", tmp / "classifier.yaml")
     for f in sorted((src / "pipelines").glob("*.yaml")):
         shutil.copy2(f, tmp / "pipelines" / f.name)
     (tmp / "priors.yaml").write_text(
@@ -92,7 +94,11 @@ def solo_config(config_dir: Path, cfg: ConfigSet, expert: str, home: Path) -> Pa
     raw["default_experts"] = [expert]
     raw["default_weights"] = {expert: 1.0}
     raw.pop("rule_weights", None)  # a rule's weights would bring other experts back in
-    src_files = [config_dir / "experts.yaml", *sorted((config_dir / "pipelines").glob("*.yaml"))]
+    src_files = [
+        config_dir / "experts.yaml",
+        *sorted(config_dir.glob("classifier.yaml")),
+        *sorted((config_dir / "pipelines").glob("*.yaml")),
+    ]
     h = hashlib.sha256(yaml.safe_dump(raw, sort_keys=True).encode())
     for f in src_files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())

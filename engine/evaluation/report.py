@@ -19,7 +19,6 @@ from typing import Any
 
 from .. import __version__
 from ..config import load_config
-from ..nodes.classify import rules_fingerprint
 from ..store import Experiment
 from ..types import canonical_json, sha256_hex
 from .metrics import QueryResult, arm_summary
@@ -62,7 +61,7 @@ def arm_config_version(run: EvalRun, arm_name: str) -> str:
         return max(set(seen), key=seen.count)
     cfg = load_config(arm.config_dir)
     spec = cfg.pipelines.get(run.options.pipeline) or cfg.pipeline_by_file(Path(run.options.pipeline))
-    return cfg.config_version(spec, rules_fingerprint())
+    return cfg.config_version(spec)
 
 
 def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
@@ -99,6 +98,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
             "snapshots": len(run.suite.queries_by_snapshot()),
             "classes_from": "gold" if all(q.gold_class for q in run.suite.queries) else "router",
             "workspace": [str(Path(w).resolve()) for w in run.options.workspace] if run.options.workspace else None,
+            "dropped_qrels": run.dropped_qrels,
         },
         "created_at": created_at,
         "engine_version": __version__,
@@ -147,6 +147,11 @@ def markdown(metrics: dict[str, Any]) -> str:
         f"- command: `{metrics['command']}`",
         f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
         *([f"- live workspace: {', '.join(s['workspace'])}"] if s.get("workspace") else []),
+        *(
+            [f"- gold ids the engine cannot return, dropped: {', '.join(s['dropped_qrels'])}"]
+            if s.get("dropped_qrels")
+            else []
+        ),
         f"- classes from: {s['classes_from']}; items asked per question: {metrics.get('request_limit')}; "
         "latency is end to end per query, cache off"
         + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
