@@ -210,13 +210,19 @@ def validate(config_dir: ConfigDirOpt = None) -> None:
 
 @app.command()
 def schema(
-    which: Annotated[str, typer.Argument(help="request | response | receipt | experts | priors | classifier | pipeline")],
+    which: Annotated[
+        str, typer.Argument(help="request | response | receipt | experts | priors | classifier | pipeline")
+    ],
 ) -> None:
     """Print one of the JSON Schemas every request, answer, receipt and config file validates against."""
     try:
         typer.echo(json.dumps(load_schema(which), indent=2, ensure_ascii=False))
     except FileNotFoundError:
-        _fail(SpecError(f"unknown schema {which!r}; choose request, response, receipt, experts, priors, classifier, pipeline"))
+        _fail(
+            SpecError(
+                f"unknown schema {which!r}; choose request, response, receipt, experts, priors, classifier, pipeline"
+            )
+        )
 
 
 @app.command()

@@ -142,6 +142,7 @@ class Priors:
     gate: GateSpec
     fusion: FusionSpec
     groups: Mapping[str, tuple[str, ...]]
+    rerank: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # weight set → feature → weight
 
     def weights_for(self, klass: str | None, rule: str | None = None) -> Mapping[str, float]:
         """The class's priors, with the weights of the classifier rule that fired laid over them."""
@@ -253,6 +254,7 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
         gate=GateSpec(**raw["gate"]),
         fusion=FusionSpec(**raw["fusion"]),
         groups={g: tuple(ps) for g, ps in raw.get("groups", {}).items()},
+        rerank={name: dict(ws) for name, ws in raw.get("rerank", {}).items()},
     )
 
 

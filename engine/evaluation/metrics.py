@@ -51,6 +51,9 @@ class QueryResult:
     error: str | None = None
     receipt_id: str | None = None
     config_version: str | None = None  # from the receipt: what actually answered
+    confidence: dict[str, Any] | None = None  # the answer's confidence (score, label)
+    rerank: str | None = None  # the rerank weight set that ordered the answer, if any
+    features: list[dict[str, Any]] = field(default_factory=list)  # per item: doc + rerank features
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:

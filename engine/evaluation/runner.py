@@ -132,10 +132,14 @@ def to_result(
     sw: Target,
 ) -> QueryResult:
     ranked: list[str] = []
+    features: list[dict[str, Any]] = []
     for item in response.get("items", []):
         doc = sw.doc_id(item)
         if doc is not None and doc not in ranked:
             ranked.append(doc)
+        rr = {k[3:]: v for k, v in (item.get("subscores") or {}).items() if k.startswith("rr.")}
+        if rr and doc is not None:  # what `engine tune --rerank` fits weights from
+            features.append({"doc": doc, "f": rr})
     receipt = response.get("receipt")
     res = QueryResult(
         qid=q.id,
@@ -146,8 +150,11 @@ def to_result(
         error=error,
         receipt_ok=isinstance(receipt, dict) and verify(receipt),
     )
+    res.features = features
+    res.confidence = response.get("confidence")
     if receipt:
         res.receipt_id, res.config_version = receipt.get("receipt_id"), receipt.get("config_version")
+        res.rerank = ((receipt.get("fusion") or {}).get("rerank") or {}).get("weights")
         c = receipt.get("classifier") or {}
         res.predicted_class, res.abstained = c.get("class"), c.get("abstained")
         res.selected = list((receipt.get("experts_selected") or {}).get("selected") or [])
