@@ -264,17 +264,41 @@ def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt:
 @app.command()
 def tune(
     metrics: Annotated[
-        list[Path], typer.Argument(help="metrics.json files from `engine eval` with single-expert arms")
+        list[Path],
+        typer.Argument(
+            help="metrics.json files from `engine eval` with single-expert arms (with --rerank: eval run folders "
+            "of dev splits)"
+        ),
     ],
     config_dir: ConfigDirOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
     metric: Annotated[str, typer.Option(help="Metric to weigh experts by")] = "ndcg@10",
     min_queries: Annotated[int, typer.Option(help="Classes with fewer queries are left alone")] = 20,
+    rerank: Annotated[
+        bool, typer.Option("--rerank", help="Fit the rerank weight sets (priors.yaml rerank) from eval runs instead")
+    ] = False,
     fmt: FormatOpt = "text",
 ) -> None:
-    """Propose per-class expert priors from measured single-expert quality (review with `engine diff`)."""
+    """Propose per-class expert priors from measured single-expert quality, or (``--rerank``) fit the
+    rerank node's weights on eval runs of dev splits (review with `engine diff`)."""
     from .tune import tune as run_tune
+    from .tune import tune_rerank_file
 
+    if rerank:
+        try:
+            rows = tune_rerank_file(metrics, config_dir or _default_config_dir(), out=out)
+        except EngineError as exc:
+            _fail(exc)
+            return
+        if fmt == "json":
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            typer.echo(
+                f"{r['set']:<18} {r['questions']:>4} questions  nDCG@10 {r['ndcg@10_before']:.4f} → "
+                f"{r['ndcg@10_after']:.4f}  {json.dumps(r['weights'])}"
+            )
+        return
     try:
         rows = run_tune(metrics, config_dir or _default_config_dir(), metric=metric, min_queries=min_queries, out=out)
     except EngineError as exc:

@@ -54,7 +54,7 @@ FRAME_FILE = re.compile(r'File "([^"\n]+\.\w+)"')
 MODULE = re.compile(r"(?<![\w.])[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){1,}(?![\w(])")
 PACKAGING = re.compile(
     r"^(pkg-info|changelog|changes|history|news|releases?|authors|contributors|license|licence|copying|notice)"
-    r"(\.[a-z]+)?$|\.lock$|^package-lock\.json$|^yarn\.lock$|\.egg-info$",
+    r"(\.(md|rst|txt|markdown))?$|\.lock$|^package-lock\.json$|\.egg-info$",
     re.I,
 )
 GENERIC_PATH_WORDS = frozenset(

@@ -34,10 +34,12 @@ from .fanout import build_query
 
 PARTS = ("paths", "identifiers", "literals", "title")
 FRAME = re.compile(r'File "([^"\n]+)", line \d+(?:, in ([A-Za-z_]\w*))?')
-#: a dotted module path: two dots at least, lower-case parts (``django.db.models.query``)
-MODULE = re.compile(r"(?<![\w.])[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*){2,}(?![\w(])")
+#: a dotted module path, maybe ending in a name defined there: two dots at least, the module's
+#: parts lower-case (``django.db.models.query``, ``django.db.models.query.QuerySet``)
+MODULE = re.compile(r"(?<![\w.])[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+(?:\.[A-Za-z_]\w*)(?![\w(])")
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 CODE_NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\b")
+INLINE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(\))?")
 BUILTIN_NAMES = frozenset(dir(builtins)) | {"self", "cls", "None", "True", "False"}
 SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 MAX_TITLE_WORDS = 30
@@ -69,7 +71,9 @@ def parts_of(question: str, features: Features, max_items: int = 8) -> dict[str,
     """Every part :data:`PARTS` names, read out of ``question`` (empty parts left out)."""
     frames = FRAME.findall(question)
     paths = [p for p, _ in frames] + list(features.paths) + MODULE.findall(question)
-    names = [f for _, f in frames if f] + list(features.identifiers) + _code_names(question)
+    paths = [p for p in paths if not any(o != p and o.endswith(p) for o in paths)]  # a path's tail is that path
+    inline = [lit.removesuffix("()") for lit in features.literals if INLINE_NAME.fullmatch(lit)]  # `Cls.method()`
+    names = [f for _, f in frames if f] + inline + list(features.identifiers) + _code_names(question)
     names = [n for n in names if _keep_name(n) and n not in paths]
     literals = [lit for lit in features.literals if lit not in names and lit not in paths and len(lit) >= 4]
     text = question.strip()

@@ -1,0 +1,136 @@
+"""``engine tune --rerank RUN…``: fit the rerank node's weight sets from eval runs of dev splits.
+
+Each ``engine eval`` run folder holds, per question of the router arm, the weight set that
+ordered its answer (``rerank``) and every candidate's features (``features``: the item's corpus
+id and its ``rr.*`` sub-scores, in answer order). For each weight set this module searches the
+weights that maximise nDCG@10 at file level (the eval's own measure: a file's rank is that of its
+first item) over the runs' questions that used the set, by coordinate ascent (as RankLib's
+``CoorAscent``): one weight at a time over a fixed grid of steps, kept only when the mean gain is
+at least ``min_gain`` (so a change must move more than noise), a few passes. Each run counts
+equally, whatever its number of questions, so a 500-question suite cannot drown a 60-question one.
+
+Only runs of a dev split are accepted (``metrics.json: suite.split``): weights fitted on the
+split that reports the result would be tuned to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+from .rerank import score
+
+STEPS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.05, 0.1, 0.25, 0.5, 1.0)
+FIT_SPLITS = ("dev", "train")
+
+
+@dataclass(frozen=True)
+class Question:
+    run: str
+    qid: str
+    relevant: Mapping[str, int]
+    candidates: tuple[tuple[str, Mapping[str, float]], ...]  # (doc, features) in answer order
+
+
+def ndcg_at_10(ranked: Sequence[str], relevant: Mapping[str, int]) -> float:
+    """nDCG@10 with linear gains (Järvelin & Kekäläinen), as the eval reports it."""
+    dcg = sum(relevant.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:10]))
+    ideal = sorted(relevant.values(), reverse=True)[:10]
+    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def ranking(q: Question, weights: Mapping[str, float]) -> list[str]:
+    """Files in the order the weights give the candidates (ties: the answer's order)."""
+    order = sorted(range(len(q.candidates)), key=lambda i: (-score(q.candidates[i][1], weights), i))
+    files: list[str] = []
+    for i in order:
+        doc = q.candidates[i][0]
+        if doc not in files:
+            files.append(doc)
+    return files
+
+
+def objective(questions: Sequence[Question], weights: Mapping[str, float]) -> float:
+    """Mean over runs of the runs' mean nDCG@10."""
+    per_run: dict[str, list[float]] = {}
+    for q in questions:
+        per_run.setdefault(q.run, []).append(ndcg_at_10(ranking(q, weights), q.relevant))
+    return sum(sum(v) / len(v) for v in per_run.values()) / len(per_run) if per_run else 0.0
+
+
+def fit(
+    questions: Sequence[Question], start: Mapping[str, float], *, passes: int = 4, min_gain: float = 0.002
+) -> dict[str, float]:
+    """Coordinate ascent from ``start`` over every feature the questions carry."""
+    names = sorted({k for q in questions for _, f in q.candidates for k in f} | set(start))
+    weights = {k: float(start.get(k, 0.0)) for k in names}
+    best = objective(questions, weights)
+    for _ in range(passes):
+        improved = False
+        for name in names:
+            current = weights[name]
+            trial_best, trial_w = best, current
+            for step in STEPS:
+                w = round(current + step, 4)
+                if abs(w) > 10:
+                    continue
+                value = objective(questions, {**weights, name: w})
+                if value > trial_best + min_gain:
+                    trial_best, trial_w = value, w
+            if trial_w != current:
+                weights[name], best, improved = trial_w, trial_best, True
+        if not improved:
+            break
+    return {k: v for k, v in weights.items() if v}
+
+
+def load_questions(run_dirs: Sequence[Path], allow_split: bool = False) -> dict[str, list[Question]]:
+    """Weight set → its questions, from the router arm of each run (dev splits only)."""
+    out: dict[str, list[Question]] = {}
+    for run in run_dirs:
+        try:
+            metrics = json.loads((run / "metrics.json").read_text("utf-8"))
+            split = metrics["suite"]["split"]
+            name = f"{metrics['suite']['name']}:{split}"
+            rows = [json.loads(line) for line in (run / "per_query.jsonl").read_text("utf-8").splitlines() if line]
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecError(f"{run}: not an engine eval run folder ({exc})") from None
+        if split not in FIT_SPLITS and not allow_split:
+            raise SpecError(f"{run}: split {split!r} is not a dev split; fit on dev, report on test/heldout")
+        for r in rows:
+            if r.get("arm") != "router" or not r.get("rerank") or not r.get("features"):
+                continue
+            cands = tuple((c["doc"], dict(c["f"])) for c in r["features"])
+            out.setdefault(r["rerank"], []).append(Question(name, r["qid"], dict(r["relevant"]), cands))
+    return out
+
+
+def tune_rerank(
+    run_dirs: Sequence[Path], current: Mapping[str, Mapping[str, float]], *, allow_split: bool = False
+) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """New weight sets and one report row per set (questions, nDCG@10 before → after)."""
+    sets = {name: dict(w) for name, w in current.items()}
+    rows: list[dict[str, Any]] = []
+    for name, questions in sorted(load_questions(run_dirs, allow_split).items()):
+        start = sets.get(name, {"rrf": 1.0})
+        before = objective(questions, start)
+        fitted = fit(questions, start)
+        sets[name] = fitted
+        runs = sorted({q.run for q in questions})
+        rows.append(
+            {
+                "set": name,
+                "questions": len(questions),
+                "runs": runs,
+                "ndcg@10_before": round(before, 4),
+                "ndcg@10_after": round(objective(questions, fitted), 4),
+                "weights": fitted,
+            }
+        )
+    return sets, rows
