@@ -8,7 +8,9 @@ first rule whose conditions all hold wins; none ⇒ ``fallback``. Conditions:
 * ``pattern`` — a regex searched in the lowercased question;
 * ``min_words`` / ``max_words`` — the question's word count (``min_words`` of the
   ``long-description`` rule is the long-description threshold);
-* ``has`` — at least one of the named features was found;
+* ``has`` — at least one of the named features was found (``code_identifiers``: identifiers
+  shaped like code — with ``_``, ``.``, ``()`` or a capital letter — not a plain word caught after a
+  cue like "type" or "function");
 * ``min_keywords`` — at least this many content words.
 
 A regex that does not compile is a :class:`~engine.errors.SchemaError` naming the file, the
@@ -34,7 +36,14 @@ from .spec import line_of, load_yaml
 from .types import Classification, Features
 
 FILE_NAME = "classifier.yaml"
-FEATURE_KINDS = ("literals", "regex", "identifiers", "paths")
+FEATURE_KINDS = ("literals", "regex", "identifiers", "code_identifiers", "paths")
+PLAIN_WORD = re.compile(r"[a-z]+")
+
+
+def feature_present(features: Features, kind: str) -> bool:
+    if kind == "code_identifiers":
+        return any(not PLAIN_WORD.fullmatch(i) for i in features.identifiers)
+    return bool(getattr(features, kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +62,7 @@ class Rule:
             return False
         if self.max_words is not None and words > self.max_words:
             return False
-        if self.has and not any(getattr(features, kind) for kind in self.has):
+        if self.has and not any(feature_present(features, kind) for kind in self.has):
             return False
         if self.min_keywords is not None and len(features.keywords) < self.min_keywords:
             return False

@@ -277,13 +277,25 @@ def tune(
     rerank: Annotated[
         bool, typer.Option("--rerank", help="Fit the rerank weight sets (priors.yaml rerank) from eval runs instead")
     ] = False,
+    confidence: Annotated[
+        bool,
+        typer.Option("--confidence", help="Fit the confidence model (priors.yaml confidence) from eval runs instead"),
+    ] = False,
     fmt: FormatOpt = "text",
 ) -> None:
     """Propose per-class expert priors from measured single-expert quality, or (``--rerank``) fit the
     rerank node's weights on eval runs of dev splits (review with `engine diff`)."""
     from .tune import tune as run_tune
-    from .tune import tune_rerank_file
+    from .tune import tune_confidence_file, tune_rerank_file
 
+    if confidence:
+        try:
+            report = tune_confidence_file(metrics, config_dir or _default_config_dir(), out=out)
+        except EngineError as exc:
+            _fail(exc)
+            return
+        typer.echo(json.dumps(report, indent=2))
+        return
     if rerank:
         try:
             rows = tune_rerank_file(metrics, config_dir or _default_config_dir(), out=out)
@@ -298,6 +310,8 @@ def tune(
                 f"{r['set']:<18} {r['questions']:>4} questions  nDCG@10 {r['ndcg@10_before']:.4f} → "
                 f"{r['ndcg@10_after']:.4f}  {json.dumps(r['weights'])}"
             )
+            for run, (before, after) in r["runs"].items():
+                typer.echo(f"{'':<20}{run}: {before:.4f} → {after:.4f}")
         return
     try:
         rows = run_tune(metrics, config_dir or _default_config_dir(), metric=metric, min_queries=min_queries, out=out)

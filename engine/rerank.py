@@ -18,7 +18,8 @@ nothing names a suite, a repository or a file:
   release-notes copy (``PKG-INFO``, ``CHANGELOG``, ``HISTORY``, ``NEWS``, lock files);
 * ``definition`` — a definition (symbol index row, typed analysis or grep's definition line);
 * ``semantic_only`` — only embedding similarity supports it;
-* ``project_named`` — the question names the item's project.
+* ``project_named`` — the question names the item's project;
+* ``project_excluded`` — the question rules the item's project out ("outside X", "other than X").
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ FEATURES = (
     "definition",
     "semantic_only",
     "project_named",
+    "project_excluded",
 )
 SOURCE_PREFIX = "src."
 FRAME_FILE = re.compile(r'File "([^"\n]+\.\w+)"')
@@ -57,6 +59,7 @@ PACKAGING = re.compile(
     r"(\.(md|rst|txt|markdown))?$|\.lock$|^package-lock\.json$|\.egg-info$",
     re.I,
 )
+EXCLUDING = r"\b(?:outside(?: of)?|other than|besides|except(?: for)?|apart from|not in|beyond)\s+(?:the\s+)?"
 GENERIC_PATH_WORDS = frozenset(
     {"src", "lib", "init", "index", "main", "mod", "utils", "util", "base", "core", "py", "ts", "js", "tests", "test"}
 )
@@ -76,6 +79,7 @@ class QuestionSignals:
     words: frozenset[str]  # code tokens of the question
     mentions: tuple[str, ...]  # paths, frame files, dotted module paths (as paths)
     projects: frozenset[str]  # project names the question uses
+    excluded: frozenset[str] = frozenset()  # project names it rules out ("outside X")
 
     @classmethod
     def of(cls, question: str, features: Features, projects: Iterable[str]) -> QuestionSignals:
@@ -87,11 +91,13 @@ class QuestionSignals:
                 mentions += [m.replace(".", "/"), m.rsplit(".", 1)[0].replace(".", "/")]
         lower = question.lower()
         named = {p for p in projects if re.search(rf"(?<![\w-]){re.escape(p.lower())}(?![\w-])", lower)}
+        excluded = {p for p in named if re.search(EXCLUDING + re.escape(p.lower()) + r"(?![\w-])", lower)}
         return cls(
             identifiers=frozenset(i for i in idents if len(i) >= 3),
             words=frozenset(code_tokens(question, stop_words=True)),
             mentions=tuple(dict.fromkeys(m.strip("/") for m in mentions if m.strip("/"))),
             projects=frozenset(named),
+            excluded=frozenset(excluded),
         )
 
 
@@ -142,6 +148,7 @@ def features(item: AnswerItem, position: int, best_score: float, q: QuestionSign
         "definition": float(_is_definition(item) or item.kind == "symbol"),
         "semantic_only": float(item.tier == "semantic-only"),
         "project_named": float(item.project in q.projects),
+        "project_excluded": float(item.project in q.excluded),
     }
     for s in item.sources:
         out[SOURCE_PREFIX + s.expert] = 1.0 / s.rank

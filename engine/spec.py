@@ -26,6 +26,7 @@ from .workspace import LANGUAGES
 
 if TYPE_CHECKING:
     from .classifier import ClassifierSpec
+    from .confidence import ConfidenceSpec
 
 
 @cache
@@ -143,6 +144,7 @@ class Priors:
     fusion: FusionSpec
     groups: Mapping[str, tuple[str, ...]]
     rerank: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # weight set → feature → weight
+    confidence: ConfidenceSpec | None = None  # calibration (engine.confidence); None: the fused share
 
     def weights_for(self, klass: str | None, rule: str | None = None) -> Mapping[str, float]:
         """The class's priors, with the weights of the classifier rule that fired laid over them."""
@@ -255,7 +257,16 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
         fusion=FusionSpec(**raw["fusion"]),
         groups={g: tuple(ps) for g, ps in raw.get("groups", {}).items()},
         rerank={name: dict(ws) for name, ws in raw.get("rerank", {}).items()},
+        confidence=_confidence(raw.get("confidence")),
     )
+
+
+def _confidence(raw: Mapping[str, Any] | None) -> ConfidenceSpec | None:
+    from .confidence import ConfidenceSpec
+
+    if raw is None:
+        return None
+    return ConfidenceSpec(dict(raw.get("model", {})), raw.get("high_at", 0.8), raw.get("medium_at", 0.5))
 
 
 def _pipeline(raw: Mapping[str, Any], file: Path) -> PipelineSpec:

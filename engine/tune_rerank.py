@@ -6,7 +6,8 @@ id and its ``rr.*`` sub-scores, in answer order). For each weight set this modul
 weights that maximise nDCG@10 at file level (the eval's own measure: a file's rank is that of its
 first item) over the runs' questions that used the set, by coordinate ascent (as RankLib's
 ``CoorAscent``): one weight at a time over a fixed grid of steps, kept only when the mean gain is
-at least ``min_gain`` (so a change must move more than noise), a few passes. Each run counts
+at least ``max(min_gain, 0.5 / questions)`` — a change must be worth half a question's nDCG, so a
+weight set seen on a handful of questions barely moves — a few passes. Each run counts
 equally, whatever its number of questions, so a 500-question suite cannot drown a 60-question one.
 
 Only runs of a dev split are accepted (``metrics.json: suite.split``): weights fitted on the
@@ -56,12 +57,18 @@ def ranking(q: Question, weights: Mapping[str, float]) -> list[str]:
     return files
 
 
+def per_run(questions: Sequence[Question], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each run's mean nDCG@10 over its questions."""
+    out: dict[str, list[float]] = {}
+    for q in questions:
+        out.setdefault(q.run, []).append(ndcg_at_10(ranking(q, weights), q.relevant))
+    return {run: sum(v) / len(v) for run, v in out.items()}
+
+
 def objective(questions: Sequence[Question], weights: Mapping[str, float]) -> float:
     """Mean over runs of the runs' mean nDCG@10."""
-    per_run: dict[str, list[float]] = {}
-    for q in questions:
-        per_run.setdefault(q.run, []).append(ndcg_at_10(ranking(q, weights), q.relevant))
-    return sum(sum(v) / len(v) for v in per_run.values()) / len(per_run) if per_run else 0.0
+    runs = per_run(questions, weights)
+    return sum(runs.values()) / len(runs) if runs else 0.0
 
 
 def fit(
@@ -70,6 +77,7 @@ def fit(
     """Coordinate ascent from ``start`` over every feature the questions carry."""
     names = sorted({k for q in questions for _, f in q.candidates for k in f} | set(start))
     weights = {k: float(start.get(k, 0.0)) for k in names}
+    min_gain = max(min_gain, 0.5 / max(len(questions), 1))
     best = objective(questions, weights)
     for _ in range(passes):
         improved = False
@@ -122,12 +130,12 @@ def tune_rerank(
         before = objective(questions, start)
         fitted = fit(questions, start)
         sets[name] = fitted
-        runs = sorted({q.run for q in questions})
+        before_runs, after_runs = per_run(questions, start), per_run(questions, fitted)
         rows.append(
             {
                 "set": name,
                 "questions": len(questions),
-                "runs": runs,
+                "runs": {r: [round(before_runs[r], 4), round(after_runs[r], 4)] for r in sorted(before_runs)},
                 "ndcg@10_before": round(before, 4),
                 "ndcg@10_after": round(objective(questions, fitted), 4),
                 "weights": fitted,

@@ -182,4 +182,28 @@ def arm_summary(
             key = "abstained" if r.abstained else str(r.predicted_class)
             dist[key] = dist.get(key, 0) + 1
         summary["predicted_classes"] = dict(sorted(dist.items()))
+    table = confidence_table(results, scores)
+    if table:
+        summary["confidence"] = table
     return summary
+
+
+LABELS = ("high", "medium", "low", "none")
+
+
+def confidence_table(results: Sequence[QueryResult], scores: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Confidence label → questions, observed Acc@1 and Acc@5: what each label meant on this suite."""
+    by_label: dict[str, list[str]] = {}
+    for r in results:
+        label = (r.confidence or {}).get("label")
+        if label:
+            by_label.setdefault(str(label), []).append(r.qid)
+    out = {}
+    for label in sorted(by_label, key=lambda x: LABELS.index(x) if x in LABELS else len(LABELS)):
+        qids = by_label[label]
+        out[label] = {
+            "n": len(qids),
+            "acc@1": round(float(np.mean([scores[q]["acc@1"] for q in qids])), 4),
+            "acc@5": round(float(np.mean([scores[q]["acc@5"] for q in qids])), 4),
+        }
+    return out

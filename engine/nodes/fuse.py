@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..confidence import assess, signals
 from ..fusion import contributions, fuse
-from ..items import answer_item
+from ..items import Confidence, answer_item
 from ..spec import ConfigSet, PipelineSpec
+from ..types import Features
 from .base import Node, RunState, node_kind
 
 
@@ -57,7 +59,7 @@ class FuseNode(Node):
             limit=max(state.request.limit, int(self.settings.get("candidates", 0))),
         )
         state.fused = list(fused.items)
-        state.confidence = fused.confidence
+        state.confidence = calibrated(state, k) or fused.confidence
         state.fusion_info["contribution"] = contributions(state.fused, weights, k)
         return None
 
@@ -82,3 +84,21 @@ def separate_lists(state: RunState) -> dict[str, dict[str, Any]]:
         if o.error:
             out[name]["error"] = o.error
     return out
+
+
+def calibrated(state: RunState, k: int) -> Confidence | None:
+    """The answer's calibrated confidence (:mod:`engine.confidence`), or None without a calibration."""
+    spec = state.config.priors.confidence
+    if spec is None:
+        return None
+    if not state.fused:
+        return assess(None, spec)
+    weights = state.weights()
+    sig = signals(
+        state.fused,
+        precision={key: o.precision_class for key, o in state.outcomes.items()},
+        returned={key: len(o.items) for key, o in state.outcomes.items()},
+        features=state.classification.features if state.classification else Features(),
+        max_rrf=sum(weights.values()) / (k + 1) if weights else 0.0,
+    )
+    return assess(sig, spec)

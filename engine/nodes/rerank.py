@@ -18,6 +18,7 @@ from dataclasses import replace
 from ..rerank import QuestionSignals, features, known_feature, score
 from ..spec import ConfigSet, PipelineSpec
 from .base import Node, RunState, node_kind
+from .fuse import calibrated
 
 
 @node_kind
@@ -64,4 +65,7 @@ class RerankNode(Node):
         out += [replace(it, rank=len(out) + n) for n, it in enumerate(rest, start=1)]
         state.fused = out
         state.fusion_info["rerank"] = {"weights": name, "top": top}
+        state.confidence = (
+            calibrated(state, int(state.fusion_info.get("k", state.config.priors.fusion.k))) or state.confidence
+        )
         return None

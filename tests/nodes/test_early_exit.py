@@ -106,5 +106,5 @@ def test_no_agreement_waits_for_everyone(tmp_path: Path) -> None:
 
 def test_a_bad_early_exit_setting_fails_at_load(tmp_path: Path) -> None:
     experts = {"sym": _expert(1, []), "grep": _expert(1, [])}
-    with pytest.raises(GraphError, match="min_agree must be 1..2"):
+    with pytest.raises(GraphError, match=r"min_agree must be 1\.\.2"):
         _run(tmp_path, experts, {"experts": ["sym", "grep"], "min_agree": 3})
