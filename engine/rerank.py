@@ -17,6 +17,7 @@ nothing names a suite, a repository or a file:
 * ``test`` / ``doc`` / ``packaging`` — file kinds: a test, prose documentation, a packaging or
   release-notes copy (``PKG-INFO``, ``CHANGELOG``, ``HISTORY``, ``NEWS``, lock files);
 * ``definition`` — a definition (symbol index row, typed analysis or grep's definition line);
+* ``reference`` — a use of a name (a call, an import, a base class) from the symbol experts;
 * ``semantic_only`` — only embedding similarity supports it;
 * ``project_named`` — the question names the item's project;
 * ``project_excluded`` — the question rules the item's project out ("outside X", "other than X").
@@ -47,6 +48,7 @@ FEATURES = (
     "doc",
     "packaging",
     "definition",
+    "reference",
     "semantic_only",
     "project_named",
     "project_excluded",
@@ -145,7 +147,8 @@ def features(item: AnswerItem, position: int, best_score: float, q: QuestionSign
         "test": float(is_test_file(item.path)),
         "doc": float(is_doc_file(item.path)),
         "packaging": float(is_packaging(item.path)),
-        "definition": float(_is_definition(item) or item.kind == "symbol"),
+        "definition": float(_is_definition(item)),
+        "reference": float(item.meta.get("role") == "reference"),
         "semantic_only": float(item.tier == "semantic-only"),
         "project_named": float(item.project in q.projects),
         "project_excluded": float(item.project in q.excluded),

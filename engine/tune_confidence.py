@@ -46,7 +46,7 @@ def load_pairs(run_dirs: Sequence[Path], allow_split: bool = False) -> tuple[np.
     return np.asarray(rows), np.asarray(labels), np.asarray(weights) * len(labels) / len(run_dirs)
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 0.1, steps: int = 50) -> np.ndarray:
+def fit_logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1.0, steps: int = 50) -> np.ndarray:
     """Weights (bias first) of a logistic regression by Newton's method, L2 on the slopes."""
     xb = np.hstack([np.ones((len(x), 1)), x])
     beta = np.zeros(xb.shape[1])

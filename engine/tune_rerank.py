@@ -5,10 +5,11 @@ ordered its answer (``rerank``) and every candidate's features (``features``: th
 id and its ``rr.*`` sub-scores, in answer order). For each weight set this module searches the
 weights that maximise nDCG@10 at file level (the eval's own measure: a file's rank is that of its
 first item) over the runs' questions that used the set, by coordinate ascent (as RankLib's
-``CoorAscent``): one weight at a time over a fixed grid of steps, kept only when the mean gain is
-at least ``max(min_gain, 0.5 / questions)`` — a change must be worth half a question's nDCG, so a
-weight set seen on a handful of questions barely moves — a few passes. Each run counts
-equally, whatever its number of questions, so a 500-question suite cannot drown a 60-question one.
+``CoorAscent``): one weight at a time over a fixed grid of steps, from the current weights and
+from each expert's own ranking, kept only when the gain is worth at least half a question's nDCG
+(so a weight set seen on a handful of questions barely moves), a few passes. A run weighs as many
+questions as it has, up to :data:`RUN_CAP`: a 500-question suite cannot drown a 60-question one,
+and two questions of one suite cannot outweigh sixty of another.
 
 Only runs of a dev split are accepted (``metrics.json: suite.split``): weights fitted on the
 split that reports the result would be tuned to it.
@@ -24,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
-from .rerank import score
+from .rerank import SOURCE_PREFIX, score
 
 STEPS = (-1.0, -0.5, -0.25, -0.1, -0.05, 0.05, 0.1, 0.25, 0.5, 1.0)
+RUN_CAP = 50
 FIT_SPLITS = ("dev", "train")
 
 
@@ -65,19 +67,38 @@ def per_run(questions: Sequence[Question], weights: Mapping[str, float]) -> dict
     return {run: sum(v) / len(v) for run, v in out.items()}
 
 
+def run_weights(questions: Sequence[Question]) -> dict[str, float]:
+    """Each run's weight: its number of questions, capped at :data:`RUN_CAP`."""
+    sizes: dict[str, int] = {}
+    for q in questions:
+        sizes[q.run] = sizes.get(q.run, 0) + 1
+    return {run: float(min(n, RUN_CAP)) for run, n in sizes.items()}
+
+
 def objective(questions: Sequence[Question], weights: Mapping[str, float]) -> float:
-    """Mean over runs of the runs' mean nDCG@10."""
+    """The runs' mean nDCG@10, each run weighted by :func:`run_weights`."""
     runs = per_run(questions, weights)
-    return sum(runs.values()) / len(runs) if runs else 0.0
+    w = run_weights(questions)
+    return sum(w[r] * v for r, v in runs.items()) / sum(w.values()) if runs else 0.0
 
 
 def fit(
     questions: Sequence[Question], start: Mapping[str, float], *, passes: int = 4, min_gain: float = 0.002
 ) -> dict[str, float]:
+    """The best of coordinate ascents from ``start`` and from each expert's own ranking."""
+    sources = sorted({k for q in questions for _, f in q.candidates for k in f if k.startswith(SOURCE_PREFIX)})
+    starts = [dict(start), *({"rrf": 0.5, s: 1.0} for s in sources)]
+    fits = [ascend(questions, s, passes=passes, min_gain=min_gain) for s in starts]
+    return max(fits, key=lambda w: objective(questions, w))  # ties: the first (the current weights)
+
+
+def ascend(
+    questions: Sequence[Question], start: Mapping[str, float], *, passes: int = 4, min_gain: float = 0.002
+) -> dict[str, float]:
     """Coordinate ascent from ``start`` over every feature the questions carry."""
     names = sorted({k for q in questions for _, f in q.candidates for k in f} | set(start))
     weights = {k: float(start.get(k, 0.0)) for k in names}
-    min_gain = max(min_gain, 0.5 / max(len(questions), 1))
+    min_gain = max(min_gain, 0.5 / max(sum(run_weights(questions).values()), 1.0))
     best = objective(questions, weights)
     for _ in range(passes):
         improved = False

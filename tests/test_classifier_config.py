@@ -108,16 +108,16 @@ def test_engine_diff_of_two_revisions_differing_in_one_rule(tmp_path: Path) -> N
     data = yaml.safe_load((repo / "classifier.yaml").read_text())
     data["rules"][1]["confidence"] = 0.6  # history-phrase
     data["rules"].insert(
-        3, {"name": "subclass-phrase", "class": "typed-symbol", "confidence": 0.9, "pattern": "subclass"}
+        3, {"name": "inherits-phrase", "class": "typed-symbol", "confidence": 0.9, "pattern": "subclass"}
     )
     (repo / "classifier.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     git(repo, "commit", "-qam", "a classifier rule")
     d = diff_configs("HEAD~1", "HEAD", repo)
     cl = d["classifier"]
-    assert [r["name"] for r in cl["rules_added"]] == ["subclass-phrase"] and cl["rules_added"][0]["position"] == 4
+    assert [r["name"] for r in cl["rules_added"]] == ["inherits-phrase"] and cl["rules_added"][0]["position"] == 4
     assert cl["rules_changed"] == {"history-phrase": [{"field": "confidence", "old": 0.85, "new": 0.6}]}
     assert not cl["rules_removed"] and not cl["other"] and not d["priors"] and not d["pipelines"]["changed"]
     assert all(v["a"] != v["b"] for v in d["config_version"].values())
     text = format_diff(d)
-    assert "+ rule subclass-phrase (#4): class typed-symbol at 0.9 when pattern=subclass" in text
+    assert "+ rule inherits-phrase (#4): class typed-symbol at 0.9 when pattern=subclass" in text
     assert "~ rule history-phrase.confidence: 0.85 → 0.6" in text

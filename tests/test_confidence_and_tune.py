@@ -120,7 +120,7 @@ def test_rerank_fit_leaves_a_weight_alone_when_few_questions_move() -> None:
 
 def test_confidence_fit_is_calibrated_on_its_data(tmp_path: Path) -> None:
     rows = []
-    for i in range(40):  # strong share: right 9 times in 10; weak: right 1 time in 10
+    for i in range(400):  # strong share: right 9 times in 10; weak: right 1 time in 10
         strong = i % 2 == 0
         right = (i // 2) % 10 != 0 if strong else (i // 2) % 10 == 0
         rows.append(
@@ -135,4 +135,4 @@ def test_confidence_fit_is_calibrated_on_its_data(tmp_path: Path) -> None:
     model, report = tune_confidence([_run(tmp_path, "suite", "dev", rows)])
     assert model["share"] > 2.0
     p_strong = 1 / (1 + 2.718281828 ** -(model["bias"] + model["share"]))
-    assert p_strong == pytest.approx(0.9, abs=0.05) and report["questions"] == 40
+    assert p_strong == pytest.approx(0.9, abs=0.05) and report["questions"] == 400

@@ -54,6 +54,7 @@ class QueryResult:
     confidence: dict[str, Any] | None = None  # the answer's confidence (score, label)
     rerank: str | None = None  # the rerank weight set that ordered the answer, if any
     features: list[dict[str, Any]] = field(default_factory=list)  # per item: doc + rerank features
+    node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -182,6 +183,12 @@ def arm_summary(
             key = "abstained" if r.abstained else str(r.predicted_class)
             dist[key] = dist.get(key, 0) + 1
         summary["predicted_classes"] = dict(sorted(dist.items()))
+    nodes: dict[str, list[float]] = {}
+    for r in results:
+        for node, ms in r.node_ms.items():
+            nodes.setdefault(node, []).append(ms)
+    if nodes:
+        summary["nodes"] = {n: percentiles(v) for n, v in sorted(nodes.items())}
     table = confidence_table(results, scores)
     if table:
         summary["confidence"] = table

@@ -243,6 +243,16 @@ def markdown(metrics: dict[str, Any]) -> str:
             lines.append(
                 f"| {klass} | {_fmt(d['router'])} | {d['best_arm']} | {_fmt(d['best'])} | {_fmt(d['ratio'])}{flag} |"
             )
+    if router and router.get("nodes"):
+        lines += [
+            "",
+            "## Node costs (router; a node's own run time, ms)",
+            "",
+            "| node | runs | p50 | p95 |",
+            "|---|---|---|---|",
+        ]
+        for node, lat in router["nodes"].items():
+            lines.append(f"| {node} | {lat['n']} | {_ms(lat['p50'])} | {_ms(lat['p95'])} |")
     if router and router.get("confidence"):
         lines += ["", "## Confidence (router): what each label meant", "", "| label | n | Acc@1 | Acc@5 |"]
         lines.append("|---|---|---|---|")

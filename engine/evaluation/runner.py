@@ -155,6 +155,7 @@ def to_result(
     if receipt:
         res.receipt_id, res.config_version = receipt.get("receipt_id"), receipt.get("config_version")
         res.rerank = ((receipt.get("fusion") or {}).get("rerank") or {}).get("weights")
+        res.node_ms = dict(((receipt.get("budget") or {}).get("spent") or {}).get("nodes_ms") or {})
         c = receipt.get("classifier") or {}
         res.predicted_class, res.abstained = c.get("class"), c.get("abstained")
         res.selected = list((receipt.get("experts_selected") or {}).get("selected") or [])

@@ -154,6 +154,7 @@ class RunState:
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)  # branch decisions, sub-query plans
+    node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
     def weights(self) -> dict[str, float]:
         """Fusion weights: the gate's per-expert priors, then each lane's own weight."""

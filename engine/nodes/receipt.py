@@ -43,6 +43,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "budget": {
             "asked": req.budget.to_dict(),
             "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)},
+            "nodes_ms": dict(state.node_ms),
         },
         "fusion": state.fusion_info or {"method": "none"},
         "cache": state.cache,

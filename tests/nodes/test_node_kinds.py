@@ -132,21 +132,26 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ws
 
 
-def _config(tmp_path: Path, pipelines: dict[str, list[dict[str, Any]]], rerank: dict[str, Any] | None = None) -> Path:
+def _config(
+    tmp_path: Path,
+    pipelines: dict[str, list[dict[str, Any]]],
+    rerank: dict[str, Any] | None = None,
+    klass: str = "conceptual",
+) -> Path:
     cfg = tmp_path / "cfg"
     shutil.copytree(ROOT / "pipelines", cfg / "pipelines")
     for name in ("experts.yaml", "priors.yaml", "classifier.yaml"):
         shutil.copy(ROOT / name, cfg / name)
     if rerank is not None:
         priors = yaml.safe_load((cfg / "priors.yaml").read_text())
-        priors["rerank"] = rerank
+        priors["rerank"] = {**priors.get("rerank", {}), **rerank}
         (cfg / "priors.yaml").write_text(yaml.safe_dump(priors, sort_keys=False))
     for name, nodes in pipelines.items():
         pipe = {
             "version": 1,
             "name": name,
             "description": f"a test pipeline named {name}",
-            "class": "conceptual",
+            "class": klass,
             "nodes": nodes,
         }
         (cfg / "pipelines" / f"{name}.yaml").write_text(yaml.safe_dump(pipe, sort_keys=False))
@@ -222,6 +227,7 @@ def test_expand_reaches_the_callers_in_another_project(indexed: Path, tmp_path: 
     cfg = _config(
         tmp_path,
         {"expanded": first + second, "once": [*first, {"id": "receipt", "kind": "receipt", "after": ["fuse"]}]},
+        klass="identifier",
     )
     question = '"class RetryPolicy"'
     once = ask(cfg, indexed, question, pipeline="once")
