@@ -42,8 +42,11 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
         "budget": {
             "asked": req.budget.to_dict(),
-            "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)},
-            "nodes_ms": dict(state.node_ms),
+            "spent": {
+                "latency_ms": round(state.elapsed_ms(), 2),
+                "experts": len(state.outcomes),
+                "nodes_ms": dict(state.node_ms),  # each node's own run time, "<pipeline>.<node>"
+            },
         },
         "fusion": state.fusion_info or {"method": "none"},
         "cache": state.cache,
