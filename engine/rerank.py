@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import PurePosixPath
 
 from .index.tokenize import code_tokens, split_identifier
@@ -118,12 +119,24 @@ def path_mention(path: str, mentions: Sequence[str]) -> float:
     return best
 
 
-def path_words(path: str, words: frozenset[str]) -> float:
-    """Share of the words naming the file (its name and parent folder) that the question uses."""
+@lru_cache(maxsize=8192)
+def path_tokens(path: str) -> frozenset[str]:
+    """The words naming a file: its name's and its parent folder's (a file's path never changes them)."""
     p = PurePosixPath(path)
     parts = [p.stem, *(p.parts[-2:-1] if len(p.parts) > 1 else ())]
     toks = {t.lower() for part in parts for t in [part, *split_identifier(part)] if len(t) >= 3}
-    toks -= GENERIC_PATH_WORDS
+    return frozenset(toks - GENERIC_PATH_WORDS)
+
+
+@lru_cache(maxsize=8192)
+def file_kinds(path: str) -> tuple[float, float, float]:
+    """(test, doc, packaging) for a path, computed once per path and process."""
+    return float(is_test_file(path)), float(is_doc_file(path)), float(is_packaging(path))
+
+
+def path_words(path: str, words: frozenset[str]) -> float:
+    """Share of the words naming the file (its name and parent folder) that the question uses."""
+    toks = path_tokens(path)
     return len(toks & words) / len(toks) if toks else 0.0
 
 
@@ -136,6 +149,7 @@ def features(item: AnswerItem, position: int, best_score: float, q: QuestionSign
     hay = f"{item.path} {item.symbol or ''} {item.content}".lower()
     found = sum(1 for i in q.identifiers if i in hay)
     symbol = (item.symbol or "").split(".")[-1].lower()
+    test, doc, packaging = file_kinds(item.path)
     out: dict[str, float] = {
         "rrf": item.score / best_score if best_score > 0 else 0.0,
         "pos": 1.0 / position,
@@ -144,9 +158,9 @@ def features(item: AnswerItem, position: int, best_score: float, q: QuestionSign
         "ident_def": float(_is_definition(item) and symbol in q.identifiers),
         "path_mention": path_mention(item.path, q.mentions) if q.mentions else 0.0,
         "path_words": path_words(item.path, q.words),
-        "test": float(is_test_file(item.path)),
-        "doc": float(is_doc_file(item.path)),
-        "packaging": float(is_packaging(item.path)),
+        "test": test,
+        "doc": doc,
+        "packaging": packaging,
         "definition": float(_is_definition(item)),
         "reference": float(item.meta.get("role") == "reference"),
         "semantic_only": float(item.tier == "semantic-only"),
