@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "priors.yaml", out / "priors.yaml")
+    shutil.copy(ROOT / "classifier.yaml", out / "classifier.yaml")
     shutil.copytree(ROOT / "pipelines", out / "pipelines", dirs_exist_ok=True)
     experts = yaml.safe_load((ROOT / "experts.yaml").read_text())
     experts["experts"]["semantic"]["settings"]["units"] = "files"

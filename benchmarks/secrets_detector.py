@@ -93,8 +93,8 @@ def detect_secrets_pass(files: list[tuple[Path, str]], plugins: list[str]) -> tu
 def live_pass(root: Path, question: str) -> dict[str, Any]:
     import anyio
 
+    from engine.classifier import classify
     from engine.experts import ExpertEnv, adapter_class
-    from engine.nodes.classify import classify
     from engine.screen import screen
     from engine.spec import load_config
     from engine.types import Query, Scope
@@ -103,7 +103,7 @@ def live_pass(root: Path, question: str) -> dict[str, Any]:
     ws = Workspace.open([root])
     cfg = load_config(Path(__file__).resolve().parent.parent)
     rg = adapter_class("ripgrep")(cfg.experts["ripgrep"], ExpertEnv(ws))
-    c = classify(question, 0.5)
+    c = classify(question, cfg.classifier, 0.5)
     query = Query(question, c.klass, c.features, Scope(), ws.projects, limit=60)
     items = anyio.run(rg.search, query, rg.plan(query))
     out: dict[str, Any] = {"items": len(items), "files": len({(i.project, i.path) for i in items})}

@@ -21,9 +21,9 @@ from typing import Any
 
 import anyio
 
+from engine.classifier import classify
 from engine.experts import ExpertEnv, adapter_class
 from engine.indexing import index_workspace
-from engine.nodes.classify import classify
 from engine.spec import load_config
 from engine.types import Query, Scope
 from engine.workspace import Workspace
@@ -67,7 +67,7 @@ def timed(workspace: Workspace, name: str, questions: list[str], limit: int = 30
     async def go() -> None:
         nonlocal hits
         for q in questions:
-            c = classify(q, 0.5)
+            c = classify(q, cfg.classifier, 0.5)
             query = Query(
                 question=q, klass=c.klass, features=c.features, scope=Scope(), projects=workspace.projects, limit=limit
             )

@@ -197,7 +197,6 @@ def serve(
 def validate(config_dir: ConfigDirOpt = None) -> None:
     """Validate experts.yaml, priors.yaml and every pipeline graph; report file, path and reason."""
     from .graph import build_graph
-    from .nodes.classify import rules_fingerprint
 
     try:
         cfg = load_config(config_dir or _default_config_dir())
@@ -207,19 +206,25 @@ def validate(config_dir: ConfigDirOpt = None) -> None:
         _fail(exc)
         return
     for _name, spec in sorted(cfg.pipelines.items()):
-        typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec, rules_fingerprint())}")
+        typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec)}")
 
 
 @app.command()
 def schema(
-    which: Annotated[str, typer.Argument(help="request | response | receipt | experts | priors | pipeline")],
+    which: Annotated[
+        str, typer.Argument(help="request | response | receipt | experts | priors | classifier | pipeline")
+    ],
 ) -> None:
     """Print one of the JSON Schemas every request, answer, receipt and config file validates against
     (self-contained: the schemas it references are bundled under ``$defs``)."""
     try:
         typer.echo(json.dumps(bundled_schema(which), indent=2, ensure_ascii=False))
     except FileNotFoundError:
-        _fail(SpecError(f"unknown schema {which!r}; choose request, response, receipt, experts, priors, pipeline"))
+        _fail(
+            SpecError(
+                f"unknown schema {which!r}; choose request, response, receipt, experts, priors, classifier, pipeline"
+            )
+        )
 
 
 @app.command()
@@ -261,17 +266,55 @@ def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt:
 @app.command()
 def tune(
     metrics: Annotated[
-        list[Path], typer.Argument(help="metrics.json files from `engine eval` with single-expert arms")
+        list[Path],
+        typer.Argument(
+            help="metrics.json files from `engine eval` with single-expert arms (with --rerank: eval run folders "
+            "of dev splits)"
+        ),
     ],
     config_dir: ConfigDirOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
     metric: Annotated[str, typer.Option(help="Metric to weigh experts by")] = "ndcg@10",
     min_queries: Annotated[int, typer.Option(help="Classes with fewer queries are left alone")] = 20,
+    rerank: Annotated[
+        bool, typer.Option("--rerank", help="Fit the rerank weight sets (priors.yaml rerank) from eval runs instead")
+    ] = False,
+    confidence: Annotated[
+        bool,
+        typer.Option("--confidence", help="Fit the confidence model (priors.yaml confidence) from eval runs instead"),
+    ] = False,
     fmt: FormatOpt = "text",
 ) -> None:
-    """Propose per-class expert priors from measured single-expert quality (review with `engine diff`)."""
+    """Propose per-class expert priors from measured single-expert quality, or (``--rerank``) fit the
+    rerank node's weights on eval runs of dev splits (review with `engine diff`)."""
     from .tune import tune as run_tune
+    from .tune import tune_confidence_file, tune_rerank_file
 
+    if confidence:
+        try:
+            report = tune_confidence_file(metrics, config_dir or _default_config_dir(), out=out)
+        except EngineError as exc:
+            _fail(exc)
+            return
+        typer.echo(json.dumps(report, indent=2))
+        return
+    if rerank:
+        try:
+            rows = tune_rerank_file(metrics, config_dir or _default_config_dir(), out=out)
+        except EngineError as exc:
+            _fail(exc)
+            return
+        if fmt == "json":
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            typer.echo(
+                f"{r['set']:<18} {r['questions']:>4} questions  nDCG@10 {r['ndcg@10_before']:.4f} → "
+                f"{r['ndcg@10_after']:.4f}  {json.dumps(r['weights'])}"
+            )
+            for run, (before, after) in r["runs"].items():
+                typer.echo(f"{'':<20}{run}: {before:.4f} → {after:.4f}")
+        return
     try:
         rows = run_tune(metrics, config_dir or _default_config_dir(), metric=metric, min_queries=min_queries, out=out)
     except EngineError as exc:
@@ -360,6 +403,14 @@ def eval_run(
         ),
     ] = True,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    drop_unreturnable: Annotated[
+        bool,
+        typer.Option(
+            "--drop-unreturnable",
+            help="--workspace: score without gold files the engine cannot return (e.g. withheld by the secrets "
+            "policy) instead of refusing; report.md lists them",
+        ),
+    ] = False,
     fmt: ReportFmt = "markdown",
 ) -> None:
     """Run every arm over the suite; write metrics.json, TREC runs, report.md and store rows."""
@@ -381,6 +432,7 @@ def eval_run(
         warmup=warmup,
         progress=progress,
         workspace=workspace or None,
+        drop_unreturnable=drop_unreturnable,
     )
     try:
         run_dir, metrics = write_run(run_eval(opts))

@@ -1,9 +1,11 @@
 """``engine diff A B``: a semantic comparison of two config sets (folders or git revisions).
 
 Reports per-class prior changes (old → new), experts added / removed / changed (field by
-field), gate and fusion lever changes, pipeline nodes and edges added / removed / changed, and
-both sides' ``config_version`` for every pipeline. A side can also be a config snapshot kept by
-the store (:func:`materialize_snapshot`): the web UI compares two versions seen in receipts.
+field), gate and fusion lever changes, classifier rules added / removed / changed / moved and
+feature regex or limit changes (each side's own classifier.yaml), pipeline nodes and edges added
+/ removed / changed, and both sides' ``config_version`` for every pipeline. A side can also be a
+config snapshot kept by the store (:func:`materialize_snapshot`): the web UI compares two versions
+seen in receipts.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
-from .nodes.classify import rules_fingerprint
 from .spec import ConfigSet, load_config
 
-CONFIG_FILES = ("experts.yaml", "priors.yaml")
+CONFIG_FILES = ("experts.yaml", "priors.yaml", "classifier.yaml")
 #: what a git revision may look like (a name, a hash, HEAD~2, v1.0^, main@{1}): never an option
 REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}:+-]{0,199}$")
 
@@ -76,13 +77,17 @@ def _load(side: str, repo: Path, tmp: Path) -> ConfigSet:
 
 
 def materialize_snapshot(content: Mapping[str, Any], dest: Path) -> Path:
-    """Write a config snapshot's files (experts.yaml, priors.yaml, the pipelines it involves) into
+    """Write a config snapshot's files (experts.yaml, priors.yaml, classifier.yaml, the pipelines it involves) into
     ``dest``, so it loads as a config folder."""
     import yaml
 
     try:
         files = {"experts.yaml": content["experts"], "priors.yaml": content["priors"]}
         files.update({f"pipelines/{name}.yaml": raw for name, raw in content["pipelines"].items()})
+        classifier = content.get("classifier")
+        if isinstance(classifier, Mapping) and "rules" in classifier:
+            # snapshots taken before the rules moved to classifier.yaml load with the packaged rules
+            files["classifier.yaml"] = classifier
     except (KeyError, AttributeError, TypeError):
         raise SpecError("the config snapshot lacks experts, priors or pipelines") from None
     for rel, data in files.items():
@@ -119,6 +124,25 @@ def _pipelines(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
     return out
 
 
+def _classifier(a: ConfigSet, b: ConfigSet) -> dict[str, Any]:
+    """Rules by name (added, removed, changed field by field, order), then everything else in the file."""
+    ra = {r["name"]: r for r in a.classifier.raw["rules"]}
+    rb = {r["name"]: r for r in b.classifier.raw["rules"]}
+    common_a = [n for n in ra if n in rb]
+    common_b = [n for n in rb if n in ra]
+    return {
+        "files": {"a": str(a.classifier.file), "b": str(b.classifier.file)},
+        "rules_added": [{"position": list(rb).index(n) + 1, **rb[n]} for n in rb if n not in ra],
+        "rules_removed": [n for n in ra if n not in rb],
+        "rules_changed": {n: _changes(ra[n], rb[n]) for n in common_a if ra[n] != rb[n]},
+        "order": {"a": common_a, "b": common_b} if common_a != common_b else None,
+        "other": _changes(
+            {k: v for k, v in a.classifier.raw.items() if k != "rules"},
+            {k: v for k, v in b.classifier.raw.items() if k != "rules"},
+        ),
+    }
+
+
 def diff_configs(a: str, b: str, repo: Path = Path(".")) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as ta, tempfile.TemporaryDirectory() as tb:
         return diff_sets(_load(a, repo, Path(ta)), _load(b, repo, Path(tb)), a, b)
@@ -126,7 +150,6 @@ def diff_configs(a: str, b: str, repo: Path = Path(".")) -> dict[str, Any]:
 
 def diff_sets(ca: ConfigSet, cb: ConfigSet, a: str, b: str) -> dict[str, Any]:
     """The semantic diff of two loaded config sets, labelled ``a`` and ``b``."""
-    rules = rules_fingerprint()
     classes = sorted(set(ca.raw_priors["classes"]) | set(cb.raw_priors["classes"]))
     priors = {}
     for c in classes:
@@ -143,8 +166,8 @@ def diff_sets(ca: ConfigSet, cb: ConfigSet, a: str, b: str) -> dict[str, Any]:
         "b": b,
         "config_version": {
             n: {
-                "a": ca.config_version(ca.pipelines[n], rules) if n in ca.pipelines else None,
-                "b": cb.config_version(cb.pipelines[n], rules) if n in cb.pipelines else None,
+                "a": ca.config_version(ca.pipelines[n]) if n in ca.pipelines else None,
+                "b": cb.config_version(cb.pipelines[n]) if n in cb.pipelines else None,
             }
             for n in names
         },
@@ -155,6 +178,7 @@ def diff_sets(ca: ConfigSet, cb: ConfigSet, a: str, b: str) -> dict[str, Any]:
             "removed": sorted(set(ea) - set(eb)),
             "changed": {e: _changes(ea[e], eb[e]) for e in sorted(set(ea) & set(eb)) if ea[e] != eb[e]},
         },
+        "classifier": _classifier(ca, cb),
         "pipelines": _pipelines(ca, cb),
     }
 
@@ -176,6 +200,16 @@ def format_diff(d: dict[str, Any]) -> str:
     lines += [f"  + {e}" for e in ex["added"]] + [f"  - {e}" for e in ex["removed"]]
     for e, chs in ex["changed"].items():
         lines += [f"  ~ {e}.{c['field']}: {c['old']} → {c['new']}" for c in chs]
+    cl = d["classifier"]
+    changed = cl["rules_added"] or cl["rules_removed"] or cl["rules_changed"] or cl["order"] or cl["other"]
+    lines.append("classifier:" if changed else "classifier: unchanged")
+    lines += [f"  + rule {r['name']} (#{r['position']}): {_rule_text(r)}" for r in cl["rules_added"]]
+    lines += [f"  - rule {n}" for n in cl["rules_removed"]]
+    for n, chs in cl["rules_changed"].items():
+        lines += [f"  ~ rule {n}.{c['field']}: {c['old']} → {c['new']}" for c in chs]
+    if cl["order"]:
+        lines.append(f"  ~ rule order: {', '.join(cl['order']['a'])} → {', '.join(cl['order']['b'])}")
+    lines += [f"  ~ {c['field']}: {c['old']} → {c['new']}" for c in cl["other"]]
     p = d["pipelines"]
     lines.append("pipelines:" if any(p.values()) else "pipelines: unchanged")
     lines += [f"  + {n}" for n in p["added"]] + [f"  - {n}" for n in p["removed"]]
@@ -187,3 +221,8 @@ def format_diff(d: dict[str, Any]) -> str:
         lines += [f"      + edge {x}" for x in ch["edges_added"]] + [f"      - edge {x}" for x in ch["edges_removed"]]
         lines += [f"      ~ {c['field']}: {c['old']} → {c['new']}" for c in ch["fields"]]
     return "\n".join(lines)
+
+
+def _rule_text(rule: dict[str, Any]) -> str:
+    conditions = ", ".join(f"{k}={v}" for k, v in rule.items() if k not in ("name", "class", "confidence", "position"))
+    return f"class {rule['class']} at {rule['confidence']} when {conditions or 'always'}"

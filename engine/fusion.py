@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .items import AnswerItem, Confidence, ScoredItem, Source, answer_item, item_id
 from .spec import FusionSpec
@@ -222,3 +223,16 @@ def fuse(
         if len(kept) >= limit:
             break
     return Fused(tuple(kept), confidence(kept, weights, k, fusion.low_confidence_below))
+
+
+def contributions(items: Sequence[AnswerItem], weights: Mapping[str, float], k: int, top: int = 10) -> dict[str, Any]:
+    """Each source's (expert's or lane's) part in the first ``top`` items: how many it supports and
+    its share of their summed RRF score — what a lane bought, in the receipt."""
+    parts: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for it in items[:top]:
+        for s in it.sources:
+            parts[s.expert] = parts.get(s.expert, 0.0) + weights.get(s.expert, 0.0) / (k + s.rank)
+            counts[s.expert] = counts.get(s.expert, 0) + 1
+    total = sum(parts.values()) or 1.0
+    return {e: {"items": counts[e], "share": round(parts[e] / total, 3)} for e in sorted(parts)}

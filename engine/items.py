@@ -172,17 +172,23 @@ def answer_item(
 
 @dataclass(frozen=True, slots=True)
 class Confidence:
-    """How sure the fused answer is: the top item's share of the best possible RRF score."""
+    """How sure the answer is: a calibrated probability that its first item is right, with the
+    signals it was estimated from (:mod:`engine.confidence`), or the top item's share of the best
+    possible RRF score when the config has no calibration."""
 
     score: float
-    label: str  # none | low | high
+    label: str  # none | low | medium | high
+    signals: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"score": self.score, "label": self.label}
+        out: dict[str, Any] = {"score": self.score, "label": self.label}
+        if self.signals:
+            out["signals"] = dict(self.signals)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Confidence:
-        return cls(float(d["score"]), str(d["label"]))
+        return cls(float(d["score"]), str(d["label"]), dict(d.get("signals") or {}))
 
 
 @dataclass(frozen=True, slots=True)

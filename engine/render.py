@@ -55,9 +55,16 @@ def receipt_line(receipt: dict[str, Any]) -> str:
     )
 
 
+def confidence_text(conf: dict[str, Any]) -> str:
+    """``high (0.91)``: the label and the probability that the first item is a right one."""
+    return f"{conf.get('label')} ({float(conf.get('score', 0.0)):.2f})"
+
+
 def to_toon(response: dict[str, Any]) -> str:
     items = response.get("items", [])
     out = [f"#toon items[{len(items)}]{{{','.join(TOON_FIELDS)}}}"]
+    if response.get("confidence"):
+        out.append(f"#confidence {confidence_text(response['confidence'])}")
     for it in items:
         row = {**it, "lines": _lines(it), "sources": _sources(it)}
         out.append("|".join(_esc(row.get(f)) for f in TOON_FIELDS))
@@ -79,6 +86,8 @@ def to_markdown(response: dict[str, Any]) -> str:
     items = response.get("items", [])
     if not items and "separate" not in response and "error" not in response:
         out.append("_No evidence found._\n")
+    if items and response.get("confidence"):
+        out.append(f"**Confidence: {confidence_text(response['confidence'])}** — how likely the first item answers.\n")
     for it in items:
         sym = f" `{it['symbol']}`" if it.get("symbol") else ""
         out.append(f"### {it['rank']}. {it['project']}/{it['path']}:{_lines(it)}{sym}")

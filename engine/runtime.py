@@ -35,7 +35,6 @@ from .index.manifest import read_generation
 from .items import CachedAnswer
 from .keys import KeyRing
 from .nodes.base import RunState
-from .nodes.classify import rules_fingerprint
 from .nodes.receipt import write_receipt
 from .receipts import ReceiptLog
 from .scheduler import run_graph
@@ -118,7 +117,7 @@ class _NewVersion:
     created_at: str
 
     def snapshot(self) -> ConfigSnapshot:
-        content = self.config.config_content(self.pipeline, rules_fingerprint())
+        content = self.config.config_content(self.pipeline)
         return ConfigSnapshot(self.version, json.loads(canonical_json(content)), self.created_at)
 
 
@@ -159,6 +158,7 @@ class Router:
         files = [
             self.config_dir / "experts.yaml",
             self.config_dir / "priors.yaml",
+            self.config_dir / "classifier.yaml",  # absent: -1, and the engine's default rules apply
             *sorted((self.config_dir / "pipelines").glob("*.yaml")),
         ]
         out = []
@@ -253,7 +253,7 @@ class Router:
         cfg = loaded.config
         spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
-        version = cfg.config_version(spec, rules_fingerprint())
+        version = cfg.config_version(spec)
         try:
             req = parse_request(request.to_dict() if isinstance(request, Request) else request)
             if isinstance(request, Request):

@@ -52,7 +52,10 @@ async def run_graph(pg: PipelineGraph, state: RunState, load: GraphLoader) -> No
                 failed.add(node_id)
                 return
             try:
+                started = state.services.clock()
                 directive = await node.run(state)
+                # what each node cost (a sub-pipeline it ran is counted in its own nodes, not here)
+                state.node_ms[f"{pg.spec.name}.{node_id}"] = round((state.services.clock() - started) * 1000, 2)
                 await _follow(node_id, directive, state, load, skip)
             except EngineError as exc:
                 failed.add(node_id)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import yaml
@@ -23,6 +23,10 @@ import yaml
 from .errors import InvalidRequest, SchemaError, SpecError
 from .types import Budget, Request, Scope, canonical_json, sha256_hex
 from .workspace import LANGUAGES
+
+if TYPE_CHECKING:
+    from .classifier import ClassifierSpec
+    from .confidence import ConfidenceSpec
 
 
 @cache
@@ -139,6 +143,8 @@ class Priors:
     gate: GateSpec
     fusion: FusionSpec
     groups: Mapping[str, tuple[str, ...]]
+    rerank: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # weight set → feature → weight
+    confidence: ConfidenceSpec | None = None  # calibration (engine.confidence); None: the fused share
 
     def weights_for(self, klass: str | None, rule: str | None = None) -> Mapping[str, float]:
         """The class's priors, with the weights of the classifier rule that fired laid over them."""
@@ -176,6 +182,7 @@ class ConfigSet:
     pipelines: Mapping[str, PipelineSpec]  # by pipeline name
     raw_experts: Mapping[str, Any]
     raw_priors: Mapping[str, Any]
+    classifier: ClassifierSpec
 
     def pipeline_by_file(self, file: Path) -> PipelineSpec:
         file = file.resolve()
@@ -184,12 +191,12 @@ class ConfigSet:
                 return spec
         raise SpecError(f"{file} is not a pipeline of the config folder {self.root}", file=str(file))
 
-    def config_version(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> str:
+    def config_version(self, pipeline: PipelineSpec) -> str:
         """sha256 of the canonical JSON of everything that can change this pipeline's answers."""
-        return sha256_hex(canonical_json(self.config_content(pipeline, classifier_rules)))
+        return sha256_hex(canonical_json(self.config_content(pipeline)))
 
-    def config_content(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> dict[str, Any]:
-        """What :meth:`config_version` hashes: the pipeline and those it routes to, experts.yaml,
+    def config_content(self, pipeline: PipelineSpec) -> dict[str, Any]:
+        """What :meth:`config_version` hashes: the pipelines it can reach, experts.yaml,
         priors.yaml and the classifier's rules (kept by the store as a config snapshot)."""
         involved = {pipeline.name: pipeline.raw}
         for node in pipeline.nodes:
@@ -200,7 +207,7 @@ class ConfigSet:
             "pipelines": involved,
             "experts": self.raw_experts,
             "priors": self.raw_priors,
-            "classifier": classifier_rules,
+            "classifier": self.classifier.raw,
         }
 
 
@@ -249,7 +256,17 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
         gate=GateSpec(**raw["gate"]),
         fusion=FusionSpec(**raw["fusion"]),
         groups={g: tuple(ps) for g, ps in raw.get("groups", {}).items()},
+        rerank={name: dict(ws) for name, ws in raw.get("rerank", {}).items()},
+        confidence=_confidence(raw.get("confidence")),
     )
+
+
+def _confidence(raw: Mapping[str, Any] | None) -> ConfidenceSpec | None:
+    from .confidence import ConfidenceSpec
+
+    if raw is None:
+        return None
+    return ConfidenceSpec(dict(raw.get("model", {})), raw.get("high_at", 0.8), raw.get("medium_at", 0.5))
 
 
 def _pipeline(raw: Mapping[str, Any], file: Path) -> PipelineSpec:
@@ -288,9 +305,31 @@ def load_config(root: Path) -> ConfigSet:
         pipelines[spec.name] = spec
     if not pipelines:
         raise SpecError(f"no pipelines found in {root / 'pipelines'}")
+    from .classifier import load_classifier  # it reads YAML with this module's helpers
+
+    classifier = load_classifier(root)
+    _check_rule_weights(raw_priors, root / "priors.yaml", classifier.rule_names())
     return ConfigSet(
-        root=root, experts=experts, priors=priors, pipelines=pipelines, raw_experts=raw_experts, raw_priors=raw_priors
+        root=root,
+        experts=experts,
+        priors=priors,
+        pipelines=pipelines,
+        raw_experts=raw_experts,
+        raw_priors=raw_priors,
+        classifier=classifier,
     )
+
+
+def _check_rule_weights(raw_priors: Mapping[str, Any], file: Path, rules: tuple[str, ...]) -> None:
+    """``rule_weights`` may only name rules the classifier has (a renamed rule must not go unnoticed)."""
+    for rule in raw_priors.get("rule_weights", {}):
+        if rule not in rules:
+            raise SchemaError(
+                f"unknown classifier rule {rule!r}; classifier.yaml has {list(rules)}",
+                file=str(file),
+                path=f"rule_weights/{rule}",
+                line=line_of(file, ["rule_weights", rule]),
+            )
 
 
 def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:

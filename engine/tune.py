@@ -95,3 +95,31 @@ def tune(
         )
         out.write_text(header + yaml.safe_dump(new, sort_keys=False))
     return rows
+
+
+def tune_rerank_file(run_dirs: list[Path], config_dir: Path, *, out: Path | None = None) -> list[dict[str, Any]]:
+    """``engine tune --rerank``: fit priors.yaml ``rerank`` weight sets (:mod:`engine.tune_rerank`)."""
+    from .tune_rerank import tune_rerank
+
+    raw = yaml.safe_load((config_dir / "priors.yaml").read_text())
+    sets, rows = tune_rerank(run_dirs, raw.get("rerank") or {})
+    if out is not None:
+        new = copy.deepcopy(raw)
+        new["rerank"] = sets
+        header = f"# Proposed by `engine tune --rerank` from {', '.join(str(r) for r in run_dirs)}\n"
+        out.write_text(header + yaml.safe_dump(new, sort_keys=False))
+    return rows
+
+
+def tune_confidence_file(run_dirs: list[Path], config_dir: Path, *, out: Path | None = None) -> dict[str, Any]:
+    """``engine tune --confidence``: fit priors.yaml ``confidence.model`` (:mod:`engine.tune_confidence`)."""
+    from .tune_confidence import tune_confidence
+
+    raw = yaml.safe_load((config_dir / "priors.yaml").read_text())
+    model, report = tune_confidence(run_dirs)
+    if out is not None:
+        new = copy.deepcopy(raw)
+        new["confidence"] = {**(raw.get("confidence") or {}), "model": model}
+        header = f"# Proposed by `engine tune --confidence` from {', '.join(str(r) for r in run_dirs)}\n"
+        out.write_text(header + yaml.safe_dump(new, sort_keys=False))
+    return {"model": model, **report}

@@ -111,6 +111,7 @@ def config_dir(tmp_path: Path) -> Path:
     dst.mkdir()
     shutil.copy(ROOT / "experts.yaml", dst)
     shutil.copy(ROOT / "priors.yaml", dst)
+    shutil.copy(ROOT / "classifier.yaml", dst)
     shutil.copytree(ROOT / "pipelines", dst / "pipelines")
     return dst
 

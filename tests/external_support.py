@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
+from engine.classifier import classify
+from engine.config import load_config
 from engine.experts import ExpertEnv, adapter_class
 from engine.experts.base import Expert
-from engine.nodes.classify import classify
 from engine.spec import ExpertSpec
 from engine.types import Evidence, Query, Scope
 from engine.workspace import Workspace
@@ -81,6 +82,7 @@ def copy_config(
     """A test-local copy of the repo's config, with extra experts and class priors merged in."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "pipelines", dest / "pipelines", dirs_exist_ok=True)
+    shutil.copy(REPO / "classifier.yaml", dest / "classifier.yaml")
     ex = yaml.safe_load((REPO / "experts.yaml").read_text())
     ex["experts"].update(experts or {})
     (dest / "experts.yaml").write_text(yaml.safe_dump(ex, sort_keys=False))
@@ -93,7 +95,7 @@ def copy_config(
 
 
 def query(ws: Workspace, question: str, limit: int = 10, scope: Scope | None = None) -> Query:
-    c = classify(question, 0.5)
+    c = classify(question, load_config(REPO).classifier, 0.5)
     return Query(
         question=question, klass=c.klass, features=c.features, scope=scope or Scope(), projects=ws.projects, limit=limit
     )

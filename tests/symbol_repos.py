@@ -13,10 +13,10 @@ from typing import Any
 
 import anyio
 
+from engine.classifier import classify
 from engine.experts import ExpertEnv, adapter_class
 from engine.index.build import IndexReport
 from engine.indexing import index_workspace
-from engine.nodes.classify import classify
 from engine.spec import load_config
 from engine.types import Evidence, Query, Scope
 from engine.workspace import Workspace
@@ -114,7 +114,7 @@ def ask_expert(
     """Plan and run one expert directly, as the fan-out would; returns (plan, items)."""
     cfg = load_config(config_dir)
     workspace = Workspace.open([ws])
-    c = classify(question, cfg.priors.abstain_below)
+    c = classify(question, cfg.classifier, cfg.priors.abstain_below)
     scope = scope or Scope()
     query = Query(
         question=question,

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.classifier import classify, extract_features
+from engine.config import load_config
 from engine.diff import diff_configs
 from engine.fusion import cluster_items, tier_and_nuance, weighted_rrf
 from engine.items import ScoredItem
-from engine.nodes.classify import classify, extract_features
 from engine.types import Evidence
 
 from .conftest import ROOT, git, make_repo
@@ -96,13 +97,16 @@ def test_diff_two_git_revisions_via_cli(config_dir: Path, tmp_path: Path) -> Non
     ],
 )
 def test_classifier_rules(question: str, klass: str, rule: str) -> None:
-    c = classify(question, abstain_below=0.5)
+    c = classify(question, load_config(ROOT).classifier, abstain_below=0.5)
     assert (c.klass, c.rule) == (klass, rule)
     assert c.abstained == (rule == "fallback")
 
 
 def test_features() -> None:
-    f = extract_features("why does `os.path.join` fail in utils/paths.py with 'No such file' for getUserName")
+    f = extract_features(
+        "why does `os.path.join` fail in utils/paths.py with 'No such file' for getUserName",
+        load_config(ROOT).classifier,
+    )
     assert f.literals == ("os.path.join", "No such file")
     assert "getUserName" in f.identifiers and "utils/paths.py" in f.paths
     assert "fail" in f.keywords and "why" not in f.keywords

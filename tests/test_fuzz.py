@@ -38,7 +38,7 @@ def router_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     repo = make_repo(tmp / "ws" / "alpha", {k: v for k, v in ALPHA.items() if k.endswith(".py")})
     cfg = tmp / "config"
     shutil.copytree(ROOT / "pipelines", cfg / "pipelines")
-    for name in ("experts.yaml", "priors.yaml"):
+    for name in ("experts.yaml", "priors.yaml", "classifier.yaml"):
         shutil.copy(ROOT / name, cfg)
     return repo, cfg
 
@@ -138,7 +138,7 @@ yaml_docs = st.recursive(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    which=st.sampled_from(["experts.yaml", "priors.yaml", "pipelines/router.yaml"]),
+    which=st.sampled_from(["experts.yaml", "priors.yaml", "classifier.yaml", "pipelines/router.yaml"]),
     doc=yaml_docs | st.text(max_size=200),
     keep=st.booleans(),
 )
@@ -147,7 +147,7 @@ def test_any_yaml_config_loads_or_fails_with_file_and_reason(
 ) -> None:
     cfg = tmp_path_factory.mktemp("cfg")
     shutil.copytree(ROOT / "pipelines", cfg / "pipelines")
-    for name in ("experts.yaml", "priors.yaml"):
+    for name in ("experts.yaml", "priors.yaml", "classifier.yaml"):
         shutil.copy(ROOT / name, cfg)
     target = cfg / which
     if keep and isinstance(doc, dict):  # a real file with one key replaced: the schema's edges

@@ -82,10 +82,13 @@ def test_kill_tagged_finds_a_process_that_left_the_group() -> None:
     tag = new_tag()
     proc = subprocess.Popen(["setsid", "sleep", "34.5"], env=tagged_env(tag))
     try:
+        # wait until setsid has exec'd sleep: a process caught mid-exec shows an empty environment
         deadline = time.monotonic() + 2
-        while not tagged_pids(tag) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"sleep") and tagged_pids(tag):
+                break
             time.sleep(0.01)
-        assert tagged_pids(tag)
+        assert tagged_pids(tag) == [proc.pid]
         assert kill_tagged(tag) >= 1
         proc.wait(timeout=2)
         assert proc.returncode == -9 and tagged_pids(tag) == []

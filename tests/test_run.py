@@ -186,6 +186,9 @@ def test_cli_run_json_and_receipts_verify(indexed: Path, config_dir: Path) -> No
             cwd=indexed,
         )
         assert res.returncode == 0 and "receipt " in res.stdout
+        label = resp["confidence"]["label"]  # the calibrated confidence is shown in every format
+        shown = f"**Confidence: {label} (" if fmt == "markdown" else f"#confidence {label} ("
+        assert shown in res.stdout
 
 
 def test_cli_bad_config_exits_2_with_file_line_and_reason(indexed: Path, config_dir: Path) -> None:

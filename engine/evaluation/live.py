@@ -59,12 +59,24 @@ def peer_docs(live: LiveWorkspace) -> list[Doc]:
     return docs
 
 
-def check_qrels(suite: Suite, live: LiveWorkspace) -> None:
-    """Every relevant corpus id must be a file the engine can return, else the score is meaningless."""
+def check_qrels(suite: Suite, live: LiveWorkspace, *, drop: bool = False) -> list[str]:
+    """Every relevant corpus id must be a file the engine can return, else the score is meaningless.
+
+    With ``drop``, such ids (e.g. files the secrets policy withholds) are removed from the qrels
+    instead, a query left with no relevant file is removed too, and the dropped ids are returned
+    (the run's metrics list them)."""
     missing = sorted({cid for rel in suite.qrels.values() for cid in rel if cid not in live.doc_ids})
+    if missing and drop:
+        gone = set(missing)
+        suite.qrels = {
+            q: kept for q, rel in suite.qrels.items() if (kept := {c: g for c, g in rel.items() if c not in gone})
+        }
+        suite.queries = [q for q in suite.queries if q.id in suite.qrels]
+        return missing
     if missing:
         projects = sorted(p.name for p in live.ws.projects)
         raise SuiteError(
             f"{len(missing)} qrels corpus ids are not indexable files of the workspace (projects {projects}), "
-            f"e.g. {missing[:3]}; corpus ids are <project>/<path>"
+            f"e.g. {missing[:3]}; corpus ids are <project>/<path> (--drop-unreturnable scores without them)"
         )
+    return []

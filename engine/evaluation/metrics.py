@@ -51,6 +51,10 @@ class QueryResult:
     error: str | None = None
     receipt_id: str | None = None
     config_version: str | None = None  # from the receipt: what actually answered
+    confidence: dict[str, Any] | None = None  # the answer's confidence (score, label)
+    rerank: str | None = None  # the rerank weight set that ordered the answer, if any
+    features: list[dict[str, Any]] = field(default_factory=list)  # per item: doc + rerank features
+    node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -179,4 +183,34 @@ def arm_summary(
             key = "abstained" if r.abstained else str(r.predicted_class)
             dist[key] = dist.get(key, 0) + 1
         summary["predicted_classes"] = dict(sorted(dist.items()))
+    nodes: dict[str, list[float]] = {}
+    for r in results:
+        for node, ms in r.node_ms.items():
+            nodes.setdefault(node, []).append(ms)
+    if nodes:
+        summary["nodes"] = {n: percentiles(v) for n, v in sorted(nodes.items())}
+    table = confidence_table(results, scores)
+    if table:
+        summary["confidence"] = table
     return summary
+
+
+LABELS = ("high", "medium", "low", "none")
+
+
+def confidence_table(results: Sequence[QueryResult], scores: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """Confidence label → questions, observed Acc@1 and Acc@5: what each label meant on this suite."""
+    by_label: dict[str, list[str]] = {}
+    for r in results:
+        label = (r.confidence or {}).get("label")
+        if label:
+            by_label.setdefault(str(label), []).append(r.qid)
+    out = {}
+    for label in sorted(by_label, key=lambda x: LABELS.index(x) if x in LABELS else len(LABELS)):
+        qids = by_label[label]
+        out[label] = {
+            "n": len(qids),
+            "acc@1": round(float(np.mean([scores[q]["acc@1"] for q in qids])), 4),
+            "acc@5": round(float(np.mean([scores[q]["acc@5"] for q in qids])), 4),
+        }
+    return out

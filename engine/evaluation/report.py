@@ -19,7 +19,6 @@ from typing import Any
 
 from .. import __version__
 from ..config import load_config
-from ..nodes.classify import rules_fingerprint
 from ..store import Experiment
 from ..types import canonical_json, sha256_hex
 from .metrics import QueryResult, arm_summary
@@ -62,7 +61,7 @@ def arm_config_version(run: EvalRun, arm_name: str) -> str:
         return max(set(seen), key=seen.count)
     cfg = load_config(arm.config_dir)
     spec = cfg.pipelines.get(run.options.pipeline) or cfg.pipeline_by_file(Path(run.options.pipeline))
-    return cfg.config_version(spec, rules_fingerprint())
+    return cfg.config_version(spec)
 
 
 def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
@@ -88,6 +87,11 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
             "config_dir": str(arm.config_dir) if arm.config_dir else None,
             **summary,
         }
+    router = arms.get("router")
+    if router is not None:
+        ratios = do_no_harm(arms)
+        if ratios:
+            router["do_no_harm"] = ratios
     engine_repo = Path(__file__).resolve().parents[2]
     return {
         "suite": {
@@ -99,6 +103,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
             "snapshots": len(run.suite.queries_by_snapshot()),
             "classes_from": "gold" if all(q.gold_class for q in run.suite.queries) else "router",
             "workspace": [str(Path(w).resolve()) for w in run.options.workspace] if run.options.workspace else None,
+            "dropped_qrels": run.dropped_qrels,
         },
         "created_at": created_at,
         "engine_version": __version__,
@@ -113,6 +118,39 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
         "snapshots": run.snapshots,
         "eval_home": str(run.home),
     }
+
+
+#: the ratio under which the router does harm in a class: below 0.95× its best single expert
+HARM_BELOW = 0.95
+
+
+def do_no_harm(arms: dict[str, Any], metric: str = "ndcg@10") -> dict[str, Any]:
+    """Per class (and overall): the router's metric ÷ the best single-expert arm's, when any ran."""
+    experts = {name: a for name, a in arms.items() if a["kind"] == "expert"}
+    if not experts:
+        return {}
+    out: dict[str, Any] = {}
+    router = arms["router"]
+    blocks = {"overall": router["overall"], **router["classes"]}
+    for klass, block in blocks.items():
+        scored = [
+            (name, (a["overall"] if klass == "overall" else a["classes"].get(klass, {})).get(metric))
+            for name, a in experts.items()
+        ]
+        scored = [(n, v) for n, v in scored if v is not None]
+        if not scored or block.get(metric) is None:
+            continue
+        best_arm, best = max(scored, key=lambda t: (t[1], t[0]))
+        ratio = round(block[metric] / best, 3) if best > 0 else None
+        out[klass] = {
+            "metric": metric,
+            "router": block[metric],
+            "best_arm": best_arm,
+            "best": best,
+            "ratio": ratio,
+            "harm": ratio is not None and ratio < HARM_BELOW,
+        }
+    return out
 
 
 def _fmt(x: Any) -> str:
@@ -147,6 +185,11 @@ def markdown(metrics: dict[str, Any]) -> str:
         f"- command: `{metrics['command']}`",
         f"- engine git HEAD: {metrics['git']['head']}{' (dirty)' if metrics['git']['dirty'] else ''}",
         *([f"- live workspace: {', '.join(s['workspace'])}"] if s.get("workspace") else []),
+        *(
+            [f"- gold ids the engine cannot return, dropped: {', '.join(s['dropped_qrels'])}"]
+            if s.get("dropped_qrels")
+            else []
+        ),
         f"- classes from: {s['classes_from']}; items asked per question: {metrics.get('request_limit')}; "
         "latency is end to end per query, cache off"
         + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
@@ -187,6 +230,34 @@ def markdown(metrics: dict[str, Any]) -> str:
                 f"{_ms(lat['p99'])} | {status} |"
             )
     router = metrics["arms"].get("router")
+    if router and router.get("do_no_harm"):
+        lines += [
+            "",
+            f"## Do no harm (router ÷ best single-expert arm, nDCG@10; harm below {HARM_BELOW})",
+            "",
+            "| class | router | best arm | best | ratio |",
+            "|---|---|---|---|---|",
+        ]
+        for klass, d in router["do_no_harm"].items():
+            flag = " **harm**" if d["harm"] else ""
+            lines.append(
+                f"| {klass} | {_fmt(d['router'])} | {d['best_arm']} | {_fmt(d['best'])} | {_fmt(d['ratio'])}{flag} |"
+            )
+    if router and router.get("nodes"):
+        lines += [
+            "",
+            "## Node costs (router; a node's own run time, ms)",
+            "",
+            "| node | runs | p50 | p95 |",
+            "|---|---|---|---|",
+        ]
+        for node, lat in router["nodes"].items():
+            lines.append(f"| {node} | {lat['n']} | {_ms(lat['p50'])} | {_ms(lat['p95'])} |")
+    if router and router.get("confidence"):
+        lines += ["", "## Confidence (router): what each label meant", "", "| label | n | Acc@1 | Acc@5 |"]
+        lines.append("|---|---|---|---|")
+        for label, d in router["confidence"].items():
+            lines.append(f"| {label} | {d['n']} | {_fmt(d['acc@1'])} | {_fmt(d['acc@5'])} |")
     if router:
         ov = router["overall"]["router_overhead_ms"]
         lines += [

@@ -23,10 +23,10 @@ from typing import Any, Protocol
 
 import anyio
 
+from ..classifier import classify
 from ..config import load_config
 from ..indexing import index_workspace
 from ..keys import KeyRing
-from ..nodes.classify import classify
 from ..receipts import verify
 from ..runtime import Router
 from ..spec import ConfigSet
@@ -56,6 +56,7 @@ class EvalOptions:
     progress: bool = True
     workspace: Sequence[Path] | None = None  # search this live workspace; qrels name project/path
     request_limit: int | None = None  # items asked per question (default: enough for K distinct files)
+    drop_unreturnable: bool = False  # --workspace: drop gold ids the engine cannot return instead of failing
 
 
 class Target(Protocol):
@@ -83,6 +84,7 @@ class EvalRun:
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
     out: Path | None = None
     request_limit: int | None = None  # items each question asked for
+    dropped_qrels: list[str] = field(default_factory=list)  # gold ids dropped as unreturnable
 
 
 class Progress:
@@ -130,10 +132,14 @@ def to_result(
     sw: Target,
 ) -> QueryResult:
     ranked: list[str] = []
+    features: list[dict[str, Any]] = []
     for item in response.get("items", []):
         doc = sw.doc_id(item)
         if doc is not None and doc not in ranked:
             ranked.append(doc)
+        rr = {k[3:]: v for k, v in (item.get("subscores") or {}).items() if k.startswith("rr.")}
+        if rr and doc is not None:  # what `engine tune --rerank` fits weights from
+            features.append({"doc": doc, "f": rr})
     receipt = response.get("receipt")
     res = QueryResult(
         qid=q.id,
@@ -144,8 +150,12 @@ def to_result(
         error=error,
         receipt_ok=isinstance(receipt, dict) and verify(receipt),
     )
+    res.features = features
+    res.confidence = response.get("confidence")
     if receipt:
         res.receipt_id, res.config_version = receipt.get("receipt_id"), receipt.get("config_version")
+        res.rerank = ((receipt.get("fusion") or {}).get("rerank") or {}).get("weights")
+        res.node_ms = dict(((receipt.get("budget") or {}).get("spent") or {}).get("nodes_ms") or {})
         c = receipt.get("classifier") or {}
         res.predicted_class, res.abstained = c.get("class"), c.get("abstained")
         res.selected = list((receipt.get("experts_selected") or {}).get("selected") or [])
@@ -232,13 +242,13 @@ def run_peer_arm(
 def report_classes(suite: Suite, config_dir: Path) -> dict[str, str]:
     """The class each query is reported under: its gold ``class``, else the router's own rules
     (``abstained`` when the classifier abstains and the default expert set runs)."""
-    abstain_below = load_config(config_dir).priors.abstain_below
+    cfg = load_config(config_dir)
     out = {}
     for q in suite.queries:
         if q.gold_class:
             out[q.id] = q.gold_class
         else:
-            c = classify(q.text, abstain_below)
+            c = classify(q.text, cfg.classifier, cfg.priors.abstain_below)
             out[q.id] = "abstained" if c.abstained else c.klass
     return out
 
@@ -287,15 +297,16 @@ def run_eval(opts: EvalOptions) -> EvalRun:
     config_dir = opts.config_dir.resolve()
     cfg = load_config(config_dir)
     arms = build_arms(list(opts.arms) if opts.arms else default_arms(cfg), config_dir, home)
+    dropped: list[str] = []
     if live is not None:
-        check_qrels(suite, live)
+        dropped = check_qrels(suite, live, drop=opts.drop_unreturnable)
         if any(a.kind == "peer" for a in arms):
             suite.docs_by_snapshot = {ALL: peer_docs(live)}
     store = open_store(home / "store")
     # the eval store is the eval's own: an eval home from before it had a key of its own (receipts
     # were signed by each snapshot's key) gets one here instead of failing on "missing key"
     KeyRing(home / "store").signing_key(fresh=True)
-    run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store)
+    run = EvalRun(opts, suite, arms, {a.name: [] for a in arms}, home, store, dropped_qrels=dropped)
     classes = report_classes(suite, config_dir)
     limit = opts.request_limit or request_limit(config_dir)
     run.request_limit = limit

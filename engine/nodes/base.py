@@ -31,6 +31,14 @@ graph; they *return* a directive and the scheduler acts on it, so control flows 
   node with one live predecessor still runs. A skipped node is not a failure: its successors
   become ready as usual, and the receipt records nothing for it.
 
+**Lanes.** A node may plan *sub-queries*: one expert asked one part of the question
+(``decompose``: a path, the identifiers, a quoted message; ``expand``: names found in the first
+answer). Each is a :class:`Lane` in ``state.lanes`` keyed ``<expert>:<part>``; the next ``fanout``
+runs the lanes it has not run yet beside the gate's experts, their outcomes are kept under the lane
+key (so the receipt's ``per_expert`` and ``sub_queries`` show every lane), and fusion weighs each
+lane with its own weight. Branch nodes and sub-query planners note what they decided in
+``state.trace`` (the receipt's ``trace``).
+
 **Scheduling.** A node runs as soon as every node in its ``after:`` list finished (ran, failed
 or was skipped); independent nodes (two fan-outs) run concurrently. A node that raises an
 :class:`~engine.errors.EngineError` stops the nodes downstream of it, except ``finalizer``
@@ -48,7 +56,7 @@ from ..errors import EngineError, GraphError
 from ..experts.base import Expert
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
 from ..spec import ConfigSet, NodeSpec, PipelineSpec
-from ..types import Classification, ExpertOutcome, Request
+from ..types import Classification, ExpertOutcome, Query, Request
 from ..workspace import Workspace
 
 
@@ -107,6 +115,21 @@ class Selection:
     single_expert: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """A sub-query: ``expert`` asked ``query`` (one part of the question); its own list in fusion."""
+
+    key: str  # "<expert>:<part>": the outcome's key, the receipt's per_expert / sub_queries key
+    expert: str
+    part: str  # what was asked: paths, identifiers, literals, title, references, definitions, …
+    query: Query
+    weight: float  # its weight in fusion (the gate's priors weigh the whole-question experts)
+    node: str  # the node that planned it
+
+    def to_receipt(self) -> dict[str, Any]:
+        return {"expert": self.expert, "part": self.part, "node": self.node, "weight": self.weight}
+
+
 @dataclass
 class RunState:
     request: Request
@@ -120,7 +143,8 @@ class RunState:
     pipelines_run: list[str] = field(default_factory=list)
     classification: Classification | None = None
     selection: Selection | None = None
-    outcomes: dict[str, ExpertOutcome] = field(default_factory=dict)
+    lanes: dict[str, Lane] = field(default_factory=dict)  # sub-queries planned, by key
+    outcomes: dict[str, ExpertOutcome] = field(default_factory=dict)  # by expert name or lane key
     scored: dict[str, list[ScoredItem]] = field(default_factory=dict)
     fused: list[AnswerItem] = field(default_factory=list)
     separate: dict[str, dict[str, Any]] = field(default_factory=dict)  # mode=separate: expert → its list
@@ -129,6 +153,14 @@ class RunState:
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
+    trace: list[dict[str, Any]] = field(default_factory=list)  # branch decisions, sub-query plans
+    node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
+
+    def weights(self) -> dict[str, float]:
+        """Fusion weights: the gate's per-expert priors, then each lane's own weight."""
+        out = dict(self.selection.experts) if self.selection else {}
+        out.update({key: lane.weight for key, lane in self.lanes.items()})
+        return out
 
     def elapsed_ms(self) -> float:
         return (self.services.clock() - self.started) * 1000

@@ -6,6 +6,14 @@ blocks a fast one, and every failure becomes a classified :class:`~engine.types.
 
 ``settings.experts`` limits a fan-out node to some experts, so a pipeline can run two fan-outs
 side by side (their outcomes merge; each expert runs in exactly one of them).
+
+Lanes (sub-queries planned by ``decompose`` or ``expand``, :class:`~engine.nodes.base.Lane`) run
+here too, beside the experts, each under its expert's deadline and kept under its lane key; a
+fan-out runs the lanes no earlier fan-out ran (``settings.lanes: false``: none).
+
+``settings.early_exit`` leaves the costly experts out once high-precision experts agree on a
+definition (:mod:`engine.nodes.early_exit`): they are cancelled (or their answer dropped, so the
+outcome never depends on timing) and reported ``skipped`` (``error_class: early_exit``).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from ..secrets import policy_for
 from ..spec import ConfigSet, PipelineSpec
 from ..types import ExpertOutcome, Query
 from .base import Node, RunState, node_kind
+from .early_exit import EarlyExit
 
 #: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the
 #: late experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
@@ -50,21 +59,76 @@ class FanoutNode(Node):
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         self._check_experts(self.settings.get("experts"), config, pipeline, "experts")
+        if "early_exit" in self.settings:
+            try:
+                EarlyExit.from_settings(self.settings["early_exit"])
+            except (TypeError, ValueError) as exc:
+                raise self.invalid(pipeline, f"settings.early_exit: {exc}") from None
+            self._check_experts(self.settings["early_exit"].get("experts"), config, pipeline, "early_exit.experts")
+            self._check_experts(self.settings["early_exit"].get("skip"), config, pipeline, "early_exit.skip")
 
     async def run(self, state: RunState) -> None:
         assert state.selection is not None  # guaranteed by `requires`
         only = self.settings.get("experts")
         names = [n for n in state.selection.experts if (not only or n in only) and n not in state.outcomes]
+        lanes = [
+            lane
+            for lane in state.lanes.values()
+            if self.settings.get("lanes", True)
+            and lane.key not in state.outcomes
+            and (not only or lane.expert in only)
+            and state.config.experts[lane.expert].enabled
+        ]
         query = build_query(state)
+        exit_rule = EarlyExit.from_settings(self.settings["early_exit"]) if "early_exit" in self.settings else None
+        jobs = [(n, n, query) for n in names] + [(lane.key, lane.expert, lane.query) for lane in lanes]
+        scopes = {key: anyio.CancelScope() for key, _, _ in jobs}
+        finished: set[str] = set()
+        decided = exit_rule is None
+
+        async def one(key: str, expert: str, q: Query) -> None:
+            nonlocal decided
+            if scopes[key].cancel_called:
+                return  # the fan-out already ended early: never started
+            with scopes[key]:
+                await self._one(state, key, q, expert)
+            if scopes[key].cancel_called:
+                return
+            finished.add(key)
+            if decided:
+                return
+            assert exit_rule is not None
+            running = [k for k, _, _ in jobs if k not in finished]
+            why = exit_rule.agreed(state.outcomes, running)
+            if why is None:
+                # decided (no exit) once every listed expert has answered without agreeing
+                decided = not any(name in exit_rule.experts for k, name, _ in jobs if k in running)
+                return
+            decided = True
+            skipped = []
+            for other, name, _ in jobs:
+                if not exit_rule.skips(name):
+                    continue
+                scopes[other].cancel()
+                spec = state.config.experts[name]
+                outcome = state.outcomes.setdefault(
+                    other,
+                    ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={}),
+                )
+                EarlyExit.mark_skipped(outcome, why)
+                skipped.append(other)
+            if skipped:
+                state.trace.append({"node": self.id, "early_exit": why, "skipped": skipped})
+
         async with anyio.create_task_group() as tg:
-            for name in names:
-                tg.start_soon(self._one, state, name, query)
+            for key, expert, q in jobs:
+                tg.start_soon(one, key, expert, q)
         return None
 
-    async def _one(self, state: RunState, name: str, query: Query) -> None:
+    async def _one(self, state: RunState, key: str, query: Query, name: str) -> None:
         spec = state.config.experts[name]
         outcome = ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={})
-        state.outcomes[name] = outcome  # registered first, so even a crash leaves a row in the receipt
+        state.outcomes[key] = outcome  # registered first, so even a crash leaves a row in the receipt
         clock = state.services.clock
         started = clock()
         try:

@@ -1,8 +1,10 @@
 """fuse: the fused answer (DESIGN §6.5), a thin wrapper over :func:`engine.fusion.fuse`.
 
-Weights are the gate's per-class priors; ``k`` (``settings.k`` overrides it per node), the
+Weights are the gate's per-class priors and each lane's own weight; ``k`` (``settings.k`` overrides it per node), the
 per-file diversity cap, the prose-doc and test-file priors, the snippet cap and the
-low-confidence threshold come from ``priors.yaml: fusion``. ``mode: separate`` skips
+low-confidence threshold come from ``priors.yaml: fusion``. ``settings.candidates`` keeps that many
+items (at least the request's ``limit``) for a ``rerank`` or ``expand`` node downstream; the
+receipt node cuts the answer to ``limit``. ``mode: separate`` skips
 cross-expert fusion and returns each expert's own list, labelled, built by the same item
 builder (:func:`engine.items.answer_item`).
 """
@@ -11,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..fusion import fuse
-from ..items import answer_item
+from ..confidence import assess, signals
+from ..fusion import contributions, fuse
+from ..items import Confidence, answer_item
+from ..spec import ConfigSet, PipelineSpec
+from ..types import Features
 from .base import Node, RunState, node_kind
 
 
@@ -21,11 +26,17 @@ class FuseNode(Node):
     kind = "fuse"
     requires = ("score",)
 
+    def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
+        for key in ("k", "candidates"):
+            v = self.settings.get(key, 1)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise self.invalid(pipeline, f"settings.{key} {v!r} must be a positive integer")
+
     async def run(self, state: RunState) -> None:
         assert state.selection is not None  # guaranteed by `requires`
         fusion = state.config.priors.fusion
         k = int(self.settings.get("k", fusion.k))
-        weights = dict(state.selection.experts)
+        weights = state.weights()
         state.fusion_info = {
             "method": fusion.method,
             "k": k,
@@ -41,14 +52,15 @@ class FuseNode(Node):
         fused = fuse(
             state.scored,
             weights=weights,
-            classes={n: state.config.experts[n].precision_class for n in state.outcomes},
+            classes={n: o.precision_class for n, o in state.outcomes.items()},
             fusion=fusion,
             k=k,
             klass=state.classification.klass if state.classification else None,
-            limit=state.request.limit,
+            limit=max(state.request.limit, int(self.settings.get("candidates", 0))),
         )
         state.fused = list(fused.items)
-        state.confidence = fused.confidence
+        state.confidence = calibrated(state, k) or fused.confidence
+        state.fusion_info["contribution"] = contributions(state.fused, weights, k)
         return None
 
 
@@ -72,3 +84,21 @@ def separate_lists(state: RunState) -> dict[str, dict[str, Any]]:
         if o.error:
             out[name]["error"] = o.error
     return out
+
+
+def calibrated(state: RunState, k: int) -> Confidence | None:
+    """The answer's calibrated confidence (:mod:`engine.confidence`), or None without a calibration."""
+    spec = state.config.priors.confidence
+    if spec is None:
+        return None
+    if not state.fused:
+        return assess(None, spec)
+    weights = state.weights()
+    sig = signals(
+        state.fused,
+        precision={key: o.precision_class for key, o in state.outcomes.items()},
+        returned={key: len(o.items) for key, o in state.outcomes.items()},
+        features=state.classification.features if state.classification else Features(),
+        max_rrf=sum(weights.values()) / (k + 1) if weights else 0.0,
+    )
+    return assess(sig, spec)

@@ -20,6 +20,7 @@ from .base import Node, RunState, node_kind
 
 def build_receipt(state: RunState) -> dict[str, Any]:
     req, sel, c = state.request, state.selection, state.classification
+    del state.fused[req.limit :]  # nodes before may keep more candidates (for a rerank); the answer is `limit`
     status = "ok" if state.error is None else state.error.code
     receipt: dict[str, Any] = {
         "receipt_id": uuid.uuid4().hex,
@@ -36,10 +37,16 @@ def build_receipt(state: RunState) -> dict[str, Any]:
             "why": dict(sorted(sel.reasons.items())) if sel else {},
         },
         "sub_queries": {n: o.sub_query for n, o in sorted(state.outcomes.items())},
+        **({"lanes": {k: lane.to_receipt() for k, lane in sorted(state.lanes.items())}} if state.lanes else {}),
+        **({"trace": state.trace} if state.trace else {}),
         "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
         "budget": {
             "asked": req.budget.to_dict(),
-            "spent": {"latency_ms": round(state.elapsed_ms(), 2), "experts": len(state.outcomes)},
+            "spent": {
+                "latency_ms": round(state.elapsed_ms(), 2),
+                "experts": len(state.outcomes),
+                "nodes_ms": dict(state.node_ms),  # each node's own run time, "<pipeline>.<node>"
+            },
         },
         "fusion": state.fusion_info or {"method": "none"},
         "cache": state.cache,

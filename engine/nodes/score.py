@@ -6,7 +6,9 @@
   was indexed; missing (and flagged ``freshness-unknown``) for experts that cannot tell;
 * ``scope`` — 1.0; items outside the request scope are dropped here as a last guard.
 
-Writes ``state.scored``: each expert's :class:`~engine.items.ScoredItem` list, best first.
+Writes ``state.scored``: each expert's (and each lane's) :class:`~engine.items.ScoredItem` list,
+best first. A second score node (after a second fan-out) scores only the outcomes not scored yet,
+so what an ``aggregate`` node did to the first lists stays.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ class ScoreNode(Node):
     async def run(self, state: RunState) -> None:
         scope = state.request.scope
         for name, outcome in sorted(state.outcomes.items()):
-            spec = state.config.experts[name]
+            if name in state.scored:
+                continue
+            spec = state.config.experts[outcome.expert]  # a lane's key names its expert
             items = [e for e in outcome.items if e.kind == "commit" or not e.path or in_scope(e.path, scope)]
             best = max((e.score for e in items), default=0.0)
             scored: list[ScoredItem] = []

@@ -14,15 +14,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from ..spec import Priors
+
 MEMO_SIZE = 64
 
-#: what each confidence label means (engine/fusion.py: the top item's fused score over the best
-#: score an answer can reach, every selected expert ranking it first)
-CONFIDENCE_MEANING = {
+#: what each label means without a calibration in priors.yaml (engine/fusion.py: the top item's
+#: fused score over the best score an answer can reach, every selected expert ranking it first)
+SHARE_MEANING = {
     "high": "The top item scored at least {low:.0%} of the best score an answer can reach (every selected expert "
     "ranking it first): the experts agree on it.",
     "low": "The top item scored under {low:.0%} of the best score an answer can reach: weak or single-source "
     "evidence. Check it before relying on it.",
+    "none": "No evidence found.",
+}
+#: ... and with one (engine/confidence.py: a probability fitted on the eval suites' dev splits)
+CALIBRATED_MEANING = {
+    "high": "On the dev questions, answers with signals like these had a right first item at least {high:.0%} of "
+    "the time: the score is that estimated probability.",
+    "medium": "The first item is right about as often as not ({medium:.0%}–{high:.0%} on the dev questions): look "
+    "at the next few too.",
+    "low": "The first item was right less than {medium:.0%} of the time for answers like this (weak, "
+    "semantic-only or missing the quoted text). Check it before relying on it.",
     "none": "No evidence found.",
 }
 
@@ -79,16 +91,20 @@ def item_view(item: dict[str, Any], verdicts: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def confidence_view(response: dict[str, Any], low_below: float) -> dict[str, Any] | None:
+def confidence_view(response: dict[str, Any], priors: Priors) -> dict[str, Any] | None:
     conf = response.get("confidence")
     if not isinstance(conf, dict):
         return None
     label = str(conf.get("label"))
-    meaning = CONFIDENCE_MEANING.get(label, "")
-    return {"score": conf.get("score"), "label": label, "meaning": meaning.format(low=low_below)}
+    spec = priors.confidence
+    if spec is not None and spec.model:
+        meaning = CALIBRATED_MEANING.get(label, "").format(high=spec.high_at, medium=spec.medium_at)
+    else:
+        meaning = SHARE_MEANING.get(label, "").format(low=priors.fusion.low_confidence_below)
+    return {"score": conf.get("score"), "label": label, "meaning": meaning}
 
 
-def answer_view(answer: Answer, verdicts: dict[str, str], low_below: float) -> dict[str, Any]:
+def answer_view(answer: Answer, verdicts: dict[str, str], priors: Priors) -> dict[str, Any]:
     response = answer.response
     receipt = response.get("receipt") or {}
     separate = {
@@ -101,7 +117,7 @@ def answer_view(answer: Answer, verdicts: dict[str, str], low_below: float) -> d
         "items": [item_view(it, verdicts) for it in response.get("items", [])],
         "separate": separate,
         "mode": "separate" if "separate" in response else "fused",
-        "confidence": confidence_view(response, low_below),
+        "confidence": confidence_view(response, priors),
         "error": response.get("error"),
         "question": answer.form.get("question", ""),
     }

@@ -77,8 +77,7 @@ async def answer(request: Request) -> Response:
         raise HTTPException(404, f"answer {rid} is no longer held by this server; its receipt is at /receipts/{rid}")
     router = backend(request).router
     feedback = await in_thread(lambda: router.store.list_feedback(rid))
-    low = router.config().priors.fusion.low_confidence_below
-    view = answer_view(held, verdicts_of(feedback), low)
+    view = answer_view(held, verdicts_of(feedback), router.config().priors)
     return page(request, "ask.html", form=held.form, choices=choices(request), answer=view, problem=None)
 
 

@@ -16,7 +16,6 @@ from starlette.responses import Response
 
 from ..diff import diff_sets, format_diff, materialize_revision, materialize_snapshot
 from ..errors import EngineError
-from ..nodes.classify import rules_fingerprint
 from ..runtime import Router
 from ..spec import ConfigSet, load_config
 from ..types import canonical_json, sha256_hex
@@ -48,8 +47,7 @@ def config_files(root: Path) -> list[ConfigFile]:
 async def config_view(request: Request) -> Response:
     router = backend(request).router
     cfg = router.config()
-    rules = rules_fingerprint()
-    versions = {name: cfg.config_version(spec, rules) for name, spec in sorted(cfg.pipelines.items())}
+    versions = {name: cfg.config_version(spec) for name, spec in sorted(cfg.pipelines.items())}
 
     def read() -> tuple[list[ConfigFile], list[dict[str, Any]]]:
         snaps = [

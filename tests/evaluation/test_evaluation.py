@@ -36,6 +36,7 @@ ARMS = ["router", "bm25", "ripgrep", "bm25-peer"]
 def _copy_config(dst: Path, conceptual_bm25: float | None = None) -> Path:
     dst.mkdir(parents=True)
     shutil.copy(ROOT / "experts.yaml", dst)
+    shutil.copy(ROOT / "classifier.yaml", dst)
     shutil.copytree(ROOT / "pipelines", dst / "pipelines")
     priors = yaml.safe_load((ROOT / "priors.yaml").read_text())
     if conceptual_bm25 is not None:  # the deliberately worsened priors

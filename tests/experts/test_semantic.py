@@ -53,7 +53,7 @@ def test_interrupted_embedding_leaves_a_partial_but_usable_index(workspace_dir: 
     sem = r.response["receipt"]["per_expert"]["semantic"]
     assert sem["status"] == "ok"
     assert sem["freshness"]["partial"] is True and sem["freshness"]["files_pending"] > 0
-    assert r.response["receipt"]["per_expert"]["ripgrep"]["status"] == "ok"
+    assert r.response["items"]  # the partial index still answers (conceptual runs no live grep since issue 11)
     (rep,) = index_workspace(ws, cfg, only=["semantic"], progress=False)  # resume: only what is missing
     assert rep.unchanged == 2 and rep.added > 0
 

@@ -196,18 +196,12 @@ def test_priors_naming_an_unknown_expert_is_rejected(tmp_path: Path) -> None:
 
 
 def test_config_version_is_stable_and_sensitive(tmp_path: Path) -> None:
-    from engine.nodes.classify import rules_fingerprint
-
     cfg_dir = _config(tmp_path)
     v1 = load_config(cfg_dir)
     v2 = load_config(cfg_dir)
-    assert v1.config_version(v1.pipelines["diamond"], rules_fingerprint()) == v2.config_version(
-        v2.pipelines["diamond"], rules_fingerprint()
-    )
+    assert v1.config_version(v1.pipelines["diamond"]) == v2.config_version(v2.pipelines["diamond"])
     data = yaml.safe_load((cfg_dir / "priors.yaml").read_text())
     data["classes"]["docs"]["fast"] = 0.55
     (cfg_dir / "priors.yaml").write_text(yaml.safe_dump(data))
     v3 = load_config(cfg_dir)
-    assert v3.config_version(v3.pipelines["diamond"], rules_fingerprint()) != v1.config_version(
-        v1.pipelines["diamond"], rules_fingerprint()
-    )
+    assert v3.config_version(v3.pipelines["diamond"]) != v1.config_version(v1.pipelines["diamond"])
