@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import load_config
+from .deadlines import LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv, adapter_class
 from .graph import PipelineGraph, build_graph
@@ -110,8 +111,18 @@ class RunResult:
 @dataclass
 class _Loaded:
     config: ConfigSet
-    stamp: tuple[tuple[str, int], ...]
+    stamp: tuple[tuple[str, int, int], ...]
     graphs: dict[str, PipelineGraph] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # pipeline → config_version, hashed once
+
+    def config_version(self, spec: PipelineSpec) -> str:
+        if spec.name not in self.versions:
+            self.versions[spec.name] = self.config.config_version(spec, rules_fingerprint())
+        return self.versions[spec.name]
+
+
+#: the config files beside pipelines/ that can change an answer (their mtimes are the config's freshness)
+CONFIG_FILES = ("experts.yaml", "priors.yaml")
 
 
 class Router:
@@ -137,20 +148,32 @@ class Router:
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
         self._memo: dict[str, tuple[float, CacheEntry]] = {}
+        self._config_files: list[str] | None = None
+        self._pipelines_mtime = -1
+        self._latency: LatencyModel | None = None
+        self._flushes = 0
 
     # ------------------------------------------------------------------ config (hot reload)
-    def _stamp(self) -> tuple[tuple[str, int], ...]:
-        files = [
-            self.config_dir / "experts.yaml",
-            self.config_dir / "priors.yaml",
-            *sorted((self.config_dir / "pipelines").glob("*.yaml")),
-        ]
+    def _stamp(self) -> tuple[tuple[str, int, int], ...]:
+        """(file, mtime, size) of every config file: one ``stat`` each per request (~2 µs). The list
+        of pipeline files is read again only when the pipelines folder's own mtime moves (a file
+        added, removed or renamed over, as editors save)."""
+        pipelines = os.path.join(self.config_dir, "pipelines")
+        try:
+            dir_mtime = os.stat(pipelines).st_mtime_ns
+        except OSError:
+            dir_mtime = -1
+        if self._config_files is None or dir_mtime != self._pipelines_mtime:
+            found = sorted(str(f) for f in Path(pipelines).glob("*.yaml"))
+            self._config_files = [str(self.config_dir / n) for n in CONFIG_FILES] + found
+            self._pipelines_mtime = dir_mtime
         out = []
-        for f in files:
+        for f in self._config_files:
             try:
-                out.append((f.name, f.stat().st_mtime_ns))
+                st = os.stat(f)
+                out.append((f, st.st_mtime_ns, st.st_size))
             except OSError:
-                out.append((f.name, -1))
+                out.append((f, -1, -1))
         return tuple(out)
 
     def config(self) -> ConfigSet:
@@ -197,6 +220,16 @@ class Router:
     def expert(self, name: str) -> Expert:
         return self.pool.get(name)
 
+    @property
+    def latency(self) -> LatencyModel:
+        """Recent expert latencies of this router's store and arm (shared by the routers of a process)."""
+        if self._latency is None or self._latency.arm != self.arm:
+            self._latency = LatencyModel.shared(self.store, self.arm)
+        return self._latency
+
+    def latency_p95(self, expert: str) -> float | None:
+        return self.latency.p95(expert)
+
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
         """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
         try:
@@ -236,7 +269,7 @@ class Router:
         cfg = loaded.config
         spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
-        version = cfg.config_version(spec, rules_fingerprint())
+        version = loaded.config_version(spec)
         try:
             req = parse_request(request.to_dict() if isinstance(request, Request) else request)
             if isinstance(request, Request):
@@ -311,7 +344,9 @@ class Router:
     def _queue_after_locked(self, state: RunState, response: dict[str, Any]) -> None:
         receipt = state.receipt or {}
         c = state.classification
+        question_hash = str(receipt.get("request_hash") or state.request.hash())
         for name, o in sorted(state.outcomes.items()):
+            self.latency.observe(name, o.latency_ms, o.status)
             self._after.append(
                 BenchmarkEvent(
                     event_id=f"{receipt.get('receipt_id')}:{name}",
@@ -319,7 +354,7 @@ class Router:
                     expert_id=name,
                     arm=self.arm,
                     task_class=c.klass if c else None,
-                    question_hash=state.request.hash(),
+                    question_hash=question_hash,
                     latency_ms=round(o.latency_ms, 3),
                     result_count=len(o.items),
                     precision_class=o.precision_class,
@@ -362,6 +397,8 @@ class Router:
         the spool (``engine doctor`` says how to repair)."""
         with self._after_lock:
             pending, self._after = self._after, []
+        self._flushes += 1
+        self.latency.update()  # this process's own calls, noted as the answers went out
         try:
             self.store.record_events(e for e in pending if isinstance(e, BenchmarkEvent))
             for entry in pending:
@@ -369,6 +406,10 @@ class Router:
                     self.store.cache_put(entry)
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
+                # recent latencies of every process on this store, read in a daemon thread; a
+                # one-shot `engine run` flushes once and exits, so it never starts one
+                if self._flushes > 1:
+                    self.latency.refresh_soon()
         except StoreError as exc:
             log.warning("store: %s", exc.message)
 

@@ -108,6 +108,10 @@ def _compile_patterns(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(out)
 
 
+class NotJudged(Exception):
+    """A file has no cached verdict (asked with ``cached_only``): judging it means a content scan."""
+
+
 class SecretsPolicy:
     """Name rules, content detection, verdict cache and redaction for one workspace + config."""
 
@@ -189,8 +193,13 @@ class SecretsPolicy:
         patterns = [p.pattern for p in self.patterns]
         return json.dumps([_CACHE_VERSION, VERSION, sorted(NOISY_PLUGINS), self.globs, patterns])
 
-    def file_rule(self, full: Path, rel: str, data: bytes | None = None) -> str | None:
-        """Why the file at ``full`` (shown as ``rel``) is withheld, or None. Cached by (path, size, mtime)."""
+    def file_rule(self, full: Path, rel: str, data: bytes | None = None, *, cached_only: bool = False) -> str | None:
+        """Why the file at ``full`` (shown as ``rel``) is withheld, or None. Cached by (path, size, mtime).
+
+        Raises:
+            NotJudged: with ``cached_only``, when the verdict would need a content scan (the caller
+                then scans off the event loop).
+        """
         rule = self.name_rule(rel) or self.name_rule(full.name)
         if rule:
             return rule
@@ -204,6 +213,8 @@ class SecretsPolicy:
             hit = self._verdicts.get(key)
         if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             return hit[2]
+        if cached_only:
+            raise NotJudged(key)
         if data is None:
             try:
                 with open(full, "rb") as fh:

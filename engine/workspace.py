@@ -15,6 +15,7 @@ import shutil
 import sys
 import sysconfig
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from .errors import ExpertUnavailable, InvalidRequest
@@ -69,6 +70,12 @@ def language_of(path: str) -> str | None:
     return _EXT_TO_LANG.get(PurePosixPath(path).suffix.lower())
 
 
+#: fusion asks these of every candidate place of every request (~55 per request): a path's answer
+#: never changes, and PurePosixPath costs ~10 µs, so answers are remembered
+_PATH_CACHE = 8192
+
+
+@lru_cache(maxsize=_PATH_CACHE)
 def is_doc_file(path: str) -> bool:
     p = PurePosixPath(path)
     return language_of(path) in DOC_LANGUAGES or p.suffix.lower() == ".txt" or p.parts[:1] == ("docs",)
@@ -79,6 +86,7 @@ _TEST_RE = re.compile(
 )
 
 
+@lru_cache(maxsize=_PATH_CACHE)
 def is_test_file(path: str) -> bool:
     return bool(_TEST_RE.search(path))
 

@@ -25,7 +25,7 @@ import fcntl
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -208,21 +208,36 @@ def _save(manifest: Manifest, workspace: Workspace) -> None:
     manifest.save()
 
 
-def freshness(manifest_path: Path, projects: tuple[Project, ...] | list[Project]) -> dict[str, Any]:
-    """The receipt's view of one index: indexed sha vs HEAD per project, and files pending."""
+def current_heads(projects: Iterable[Project]) -> dict[str, str | None]:
+    """HEAD's sha of every git project (read once per request: the receipt states it once)."""
+    return {p.name: read_head(p.root) for p in projects if p.is_git}
+
+
+def freshness(
+    manifest_path: Path,
+    projects: tuple[Project, ...] | list[Project],
+    heads: Mapping[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """The receipt's view of one index: when it was built, files pending, and the projects whose
+    indexed sha is not their HEAD (``stale``: project → indexed sha; empty when all are current).
+
+    ``heads`` are the projects' current HEADs as the request read them once
+    (:func:`current_heads`, stated once in the receipt); read here when not given. The receipt
+    stays bounded: nothing is repeated per expert and project unless it is stale."""
     m = Manifest.load(manifest_path)
-    per_project = {}
-    for p in projects:
-        if not p.is_git:
-            continue
-        indexed, head = m.heads.get(p.name), read_head(p.root)
-        per_project[p.name] = {"indexed_sha": indexed, "head_sha": head, "stale": indexed != head}
+    if heads is None:
+        heads = current_heads(projects)
+    stale = {
+        p.name: m.heads.get(p.name)
+        for p in projects
+        if p.is_git and p.name in heads and m.heads.get(p.name) != heads[p.name]
+    }
     return {
         "indexed_at": m.updated_at or None,
         "files_indexed": len(m.files),
         "files_pending": m.pending,
         "partial": m.pending > 0,
-        "projects": per_project,
+        "stale": stale,
     }
 
 

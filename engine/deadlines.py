@@ -1,0 +1,197 @@
+"""Per-expert deadlines that follow each expert's observed latency, within the request's budget.
+
+The fan-out asks :func:`plan` for every selected expert before it starts any of them:
+
+* **planned** — what the expert usually needs: ``max(MIN_ADAPTIVE_MS, FACTOR × p95 + SLACK_MS)``
+  from its recent p95 (:class:`LatencyModel`), capped by ``timeout_ms`` (experts.yaml); just
+  ``timeout_ms`` while fewer than ``MIN_SAMPLES`` calls were seen. An expert that usually
+  answers in 40 ms is cut at ~100 ms instead of waiting out a 2 s timeout on the one call that
+  hangs: the answer's tail follows what the experts usually take.
+* **actual** — the deadline enforced: ``planned``, cut to what is left of ``budget.latency_ms``
+  once :data:`BUDGET_TAIL_MS` is kept for what follows the fan-out (kill, score, fuse, sign).
+* **skip** — with a budget, an expert whose recent p95 is more than :data:`SKIP_OVER` times the
+  budget left is not started (status ``skipped``): it would only time out, and on two cores its
+  CPU slows the experts that can make it. Experts that hand back partial results are never
+  skipped (what they find before the deadline still counts).
+
+Both deadlines go to the receipt (``per_expert.<e>.deadline``). Latency comes from
+``tool_benchmark_events`` through the store port (:meth:`~engine.store.Store.expert_stats`, read
+in a daemon thread that :meth:`engine.runtime.Router.flush` starts after an answer, at most every
+:data:`REFRESH_S`, never on the hot path) and from this process's own recent calls, which take
+over once there are ``MIN_SAMPLES`` of them. Reads on the hot path are dict lookups.
+Numbers: docs/adr/0009-hot-path-and-deadlines.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+from .errors import StoreError
+from .store import EventQuery, Store
+
+log = logging.getLogger("engine")
+
+#: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the late
+#: experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
+#: benchmarks/latency.py (budget sweep) and benchmarks/budget_overrun.py (docs/benchmarks.md).
+BUDGET_TAIL_MS = 15.0
+FACTOR = 2.0
+SLACK_MS = 20.0
+MIN_ADAPTIVE_MS = 100.0
+MIN_SAMPLES = 20
+SKIP_OVER = 3.0
+#: calls remembered per expert, and how far back the store's events count
+RECENT_CALLS = 200
+WINDOW = timedelta(hours=24)
+REFRESH_S = 30.0
+#: statuses whose latency is a search's (an unconfigured expert answered in microseconds without searching)
+TIMED_STATUSES = frozenset({"ok", "partial", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """One expert's deadlines for one request (ms; ``None`` planned = no history, timeout_ms)."""
+
+    planned_ms: float
+    actual_ms: float
+    p95_ms: float | None
+    skip: str | None = None  # why it is not started at all
+
+    def to_receipt(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"planned_ms": round(self.planned_ms, 1), "actual_ms": round(self.actual_ms, 1)}
+        if self.p95_ms is not None:
+            out["p95_ms"] = round(self.p95_ms, 1)
+        return out
+
+
+def plan(
+    timeout_ms: float, p95_ms: float | None, budget_left_ms: float | None, *, partial_results: bool = False
+) -> Deadline:
+    """The deadlines of one expert (see the module docstring). Pure."""
+    planned = float(timeout_ms)
+    if p95_ms is not None:
+        planned = min(planned, max(MIN_ADAPTIVE_MS, FACTOR * p95_ms + SLACK_MS))
+    if budget_left_ms is None:
+        return Deadline(planned, planned, p95_ms)
+    left = budget_left_ms - BUDGET_TAIL_MS
+    actual = max(1.0, min(planned, left))
+    skip = None
+    if p95_ms is not None and not partial_results and p95_ms > SKIP_OVER * max(left, 1.0):
+        skip = f"its recent p95 ({p95_ms:.0f} ms) does not fit the {max(left, 0):.0f} ms left of the budget"
+    return Deadline(planned, actual, p95_ms, skip)
+
+
+def _p95(values: list[float]) -> float:
+    """Linear interpolation, as the store's ``quantile_cont``."""
+    xs = sorted(values)
+    pos = 0.95 * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+class LatencyModel:
+    """Recent p95 latency per expert for one store and arm, shared by every Router of a process
+    that uses that store (eval runs one Router per snapshot). Reads are dict lookups; the store
+    is read by :meth:`refresh_soon`, own calls are noted by :meth:`observe` and folded in by :meth:`update`."""
+
+    _shared: ClassVar[weakref.WeakKeyDictionary[Any, dict[str, LatencyModel]]] = weakref.WeakKeyDictionary()
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, store: Store, arm: str) -> None:
+        self.store = store
+        self.arm = arm
+        self._own: dict[str, deque[float]] = {}
+        self._p95: dict[str, float] = {}  # what plan() reads: replaced whole, never edited
+        self._stored: dict[str, tuple[int, float]] = {}  # expert → (events, p95) from the store
+        self._refreshed = -math.inf
+        self._refreshing = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, store: Store, arm: str) -> LatencyModel:
+        with cls._shared_lock:
+            by_arm = cls._shared.setdefault(store, {})
+            if arm not in by_arm:
+                by_arm[arm] = cls(store, arm)
+            return by_arm[arm]
+
+    def p95(self, expert: str) -> float | None:
+        return self._p95.get(expert)
+
+    def observe(self, expert: str, latency_ms: float, status: str) -> None:
+        """Note one of this process's calls (after the answer; folded in by :meth:`update`)."""
+        if status in TIMED_STATUSES:
+            with self._lock:
+                self._own.setdefault(expert, deque(maxlen=RECENT_CALLS)).append(latency_ms)
+
+    def update(self) -> None:
+        """Recompute every p95 from own calls and the last store read (cheap: a few hundred floats)."""
+        with self._lock:
+            own = {e: list(v) for e, v in self._own.items()}
+            stored = dict(self._stored)
+        out: dict[str, float] = {}
+        for expert in set(own) | set(stored):
+            mine = own.get(expert, [])
+            if len(mine) >= MIN_SAMPLES:
+                out[expert] = _p95(mine)
+            elif expert in stored and stored[expert][0] + len(mine) >= MIN_SAMPLES:
+                out[expert] = stored[expert][1]
+        self._p95 = out
+
+    def refresh_soon(self, now: float | None = None) -> bool:
+        """Read the store in a daemon thread when the last read is older than :data:`REFRESH_S`
+        (a busy or stalled store then delays only that thread). Never waits; True if started."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if self._refreshing or now - self._refreshed < REFRESH_S:
+                return False
+            self._refreshing, self._refreshed = True, now
+        thread = threading.Thread(target=self._refresh, name="engine-latency-refresh", daemon=True)
+        _LIVE.add(thread)
+        thread.start()
+        return True
+
+    def refresh(self) -> None:
+        """Read the store's recent events now (what the thread does; tests call it)."""
+        with self._lock:
+            self._refreshing, self._refreshed = True, time.monotonic()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        try:
+            since = (datetime.now(UTC) - WINDOW).isoformat(timespec="milliseconds")
+            stats = self.store.expert_stats(EventQuery(since=since, arm=self.arm))
+            stored = {s.expert_id: (s.count, s.p95_ms) for s in stats}
+            with self._lock:
+                self._stored = stored
+        except (StoreError, OSError) as exc:  # a busy or damaged store: keep what we have
+            log.debug("latency model: store not read: %s", exc)
+        except Exception:  # noqa: BLE001 - bookkeeping after the answer must never fail a request
+            log.exception("latency model: store read failed")
+        finally:
+            with self._lock:
+                self._refreshing = False
+            _LIVE.discard(threading.current_thread())
+        self.update()
+
+
+#: refresh threads still reading; joined at exit, so none is inside DuckDB when the interpreter
+#: finalises (a daemon thread still waiting on a busy store's lock is harmless and left behind)
+_LIVE: set[threading.Thread] = set()
+
+
+@atexit.register
+def _join_refreshes(timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    for thread in list(_LIVE):
+        thread.join(max(0.0, end - time.monotonic()))
