@@ -12,7 +12,9 @@ The fan-out asks :func:`plan` for every selected expert before it starts any of 
 * **skip** — with a budget, an expert whose recent p95 is more than :data:`SKIP_OVER` times the
   budget left is not started (status ``skipped``): it would only time out, and on two cores its
   CPU slows the experts that can make it. Experts that hand back partial results are never
-  skipped (what they find before the deadline still counts).
+  skipped (what they find before the deadline still counts). A skip is never for good: own calls
+  count for :data:`OWN_WINDOW_S` only, and every :data:`PROBE_AFTER` skips in a row the expert
+  runs once anyway, so a latency that recovered is seen.
 
 Both deadlines go to the receipt (``per_expert.<e>.deadline``). Latency comes from
 ``tool_benchmark_events`` through the store port (:meth:`~engine.store.Store.expert_stats`, read
@@ -49,9 +51,12 @@ SLACK_MS = 20.0
 MIN_ADAPTIVE_MS = 100.0
 MIN_SAMPLES = 20
 SKIP_OVER = 3.0
-#: calls remembered per expert, and how far back the store's events count
+#: own calls remembered per expert and how long they count; how far back the store's events count
 RECENT_CALLS = 200
+OWN_WINDOW_S = 300.0
 WINDOW = timedelta(hours=24)
+#: an expert skipped this many times in a row is run once anyway (its latency may have recovered)
+PROBE_AFTER = 10
 REFRESH_S = 30.0
 #: statuses whose latency is a search's (an unconfigured expert answered in microseconds without searching)
 TIMED_STATUSES = frozenset({"ok", "partial", "timeout"})
@@ -110,7 +115,8 @@ class LatencyModel:
     def __init__(self, store: Store, arm: str) -> None:
         self.store = store
         self.arm = arm
-        self._own: dict[str, deque[float]] = {}
+        self._own: dict[str, deque[tuple[float, float]]] = {}  # expert → (monotonic time, latency)
+        self._skips: dict[str, int] = {}
         self._p95: dict[str, float] = {}  # what plan() reads: replaced whole, never edited
         self._stored: dict[str, tuple[int, float]] = {}  # expert → (events, p95) from the store
         self._refreshed = -math.inf
@@ -126,18 +132,26 @@ class LatencyModel:
             return by_arm[arm]
 
     def p95(self, expert: str) -> float | None:
+        """The expert's recent p95 in ms; None without enough history, or when it is due a probe."""
+        if self._skips.get(expert, 0) >= PROBE_AFTER:
+            return None
         return self._p95.get(expert)
 
     def observe(self, expert: str, latency_ms: float, status: str) -> None:
         """Note one of this process's calls (after the answer; folded in by :meth:`update`)."""
-        if status in TIMED_STATUSES:
-            with self._lock:
-                self._own.setdefault(expert, deque(maxlen=RECENT_CALLS)).append(latency_ms)
-
-    def update(self) -> None:
-        """Recompute every p95 from own calls and the last store read (cheap: a few hundred floats)."""
         with self._lock:
-            own = {e: list(v) for e, v in self._own.items()}
+            if status == "skipped":
+                self._skips[expert] = self._skips.get(expert, 0) + 1
+                return
+            self._skips.pop(expert, None)
+            if status in TIMED_STATUSES:
+                self._own.setdefault(expert, deque(maxlen=RECENT_CALLS)).append((time.monotonic(), latency_ms))
+
+    def update(self, now: float | None = None) -> None:
+        """Recompute every p95 from own recent calls and the last store read (a few hundred floats)."""
+        since = (time.monotonic() if now is None else now) - OWN_WINDOW_S
+        with self._lock:
+            own = {e: [ms for t, ms in v if t >= since] for e, v in self._own.items()}
             stored = dict(self._stored)
         out: dict[str, float] = {}
         for expert in set(own) | set(stored):

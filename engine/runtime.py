@@ -263,9 +263,12 @@ class Router:
 
     # ------------------------------------------------------------------ the API
     async def run(self, pipeline: str | Path, request: Request | dict[str, Any]) -> RunResult:
+        # one config version for the whole run, sub-pipelines included. Loaded before the clock
+        # starts: a (re)load happens once per config version, at start-up or after an edit, and
+        # costs ~0.5 s (YAML, schemas, adapter imports); budget.latency_ms bounds the question's work
+        loaded = self._current()
         created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         started = self.clock()
-        loaded = self._current()  # one config version for the whole run, sub-pipelines included
         cfg = loaded.config
         spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
@@ -347,6 +350,8 @@ class Router:
         question_hash = str(receipt.get("request_hash") or state.request.hash())
         for name, o in sorted(state.outcomes.items()):
             self.latency.observe(name, o.latency_ms, o.status)
+            if o.status == "skipped":  # not called (engine.deadlines): no call to record
+                continue
             self._after.append(
                 BenchmarkEvent(
                     event_id=f"{receipt.get('receipt_id')}:{name}",

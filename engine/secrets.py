@@ -90,6 +90,7 @@ REDACTED = "[REDACTED]"
 FREE_TEXT_AS = ("text.py", "text.yaml")
 MAX_SCAN_BYTES = 2_000_000  # larger files are never indexed or returned (workspace.MAX_FILE_BYTES)
 _CACHE_VERSION = 1
+_NAMES_MEMO = 100_000
 
 
 def _globs_regex(globs: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -128,19 +129,27 @@ class SecretsPolicy:
         digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:12]
         self.cache_file = cache_dir / f"verdicts-{digest}.json" if cache_dir is not None else None
         self._verdicts: dict[str, tuple[int, int, str | None]] = {}
+        self._names: dict[str, str | None] = {}
         self._loaded = False
         self._dirty = False
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ names
     def name_rule(self, rel: str) -> str | None:
-        """The name rule withholding project-relative ``rel``, or None (one compiled regex per kind)."""
+        """The name rule withholding project-relative ``rel``, or None (one compiled regex per kind).
+        Answers are remembered: a name's verdict never changes, and every served item asks."""
+        if rel in self._names:
+            return self._names[rel]
         path = PurePosixPath(rel.replace("\\", "/"))
+        rule = None
         for rx, target in ((self._name_rx, path.name), (self._path_rx, path.as_posix())):
             m = rx.match(target.lower()) if rx is not None else None
             if m is not None and m.lastgroup is not None:
-                return f"name:{self._glob_of[m.lastgroup]}"
-        return None
+                rule = f"name:{self._glob_of[m.lastgroup]}"
+                break
+        if len(self._names) < _NAMES_MEMO:
+            self._names[rel] = rule
+        return rule
 
     # ------------------------------------------------------------------ content
     def findings(self, text: str, filename: str = "") -> list[Finding]:

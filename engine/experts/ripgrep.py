@@ -13,14 +13,16 @@ the number of matches, then path (deterministic).
 
 Cost (issue 10): one rg process searches every project in scope; its ``--json`` output is parsed
 as it streams, so when the deadline comes the fan-out answers with the regions found so far
-(status ``partial``, items flagged ``partial``). A long question (an issue text, >= 40 words) is
-searched for its few rarest terms only (``selective_patterns``, by document frequency in the BM25
-index, :mod:`engine.index.termstats`): the receipt's ``sub_queries.ripgrep.selected`` says how.
+(status ``partial``, items flagged ``partial``). A long question (an issue text, >= 40 words) and
+a question of plain words are searched for their few rarest terms only (``selective_patterns``,
+by document frequency in the BM25 index, :mod:`engine.index.termstats`; the longest without one):
+the receipt's ``sub_queries.ripgrep.selected`` says how.
 """
 
 from __future__ import annotations
 
 import base64
+import heapq
 import math
 import re
 from collections import defaultdict
@@ -57,7 +59,9 @@ def _definition_re(name: str) -> re.Pattern[str]:
 
 MAX_PATTERNS = 8
 MIN_PATTERN_CHARS = 3
-MAX_OUTPUT_BYTES = 8_000_000  # rg's JSON past this is not read (flag "output-truncated"): parsing is the cost
+#: rg's JSON past this is not read (flag "output-truncated"): parsing is the cost (~20 µs a line on
+#: the event loop), and 2 MB is ~7,000 matching lines, far more than the 30 regions kept
+MAX_OUTPUT_BYTES = 2_000_000
 REGION_GAP = 3  # matches this close together form one item
 #: a question this long is a description (an issue, a stack trace): searched for its few rarest terms
 LONG_QUESTION_WORDS = 40
@@ -83,7 +87,7 @@ class RipgrepExpert(Expert):
             "max_count_per_file": POSITIVE_INT,
             "selective_patterns": {
                 **POSITIVE_INT,
-                "description": "patterns kept for a long question (>= 40 words): the rarest by document frequency",
+                "description": "patterns kept for a long question (>= 40 words) or plain words: the rarest",
             },
             "selectivity_from": {
                 "type": "string",
@@ -117,7 +121,8 @@ class RipgrepExpert(Expert):
             raise ExpertUnconfigured("the question has no literal, identifier or keyword to grep for", expert=self.name)
         out: dict[str, Any] = {"patterns": patterns[:MAX_PATTERNS], "mode": mode}
         keep = int(self.settings.get("selective_patterns", SELECTIVE_PATTERNS))
-        if mode != "regex" and len(query.question.split()) >= LONG_QUESTION_WORDS and len(patterns) > keep:
+        long = len(query.question.split()) >= LONG_QUESTION_WORDS
+        if (long or mode == "fixed-ignore-case") and mode != "regex" and len(patterns) > keep:
             out["patterns"], out["selected"] = self._selective(patterns, keep)
         out.update(
             {
@@ -202,7 +207,7 @@ class RipgrepExpert(Expert):
             return []
         bases.sort(key=lambda b: -len(b[0]))  # the longest root first: no project is a prefix of another
         parser = _Stream(self, plan, bases)
-        found.keep(parser.evidence)
+        found.keep(lambda: parser.evidence(query.limit))
         argv = self._argv(plan)
         with expert_errors(self.name):
             # rg exits 1 when nothing matched: a valid empty answer, not a failure
@@ -214,8 +219,7 @@ class RipgrepExpert(Expert):
                 on_stdout=parser.feed,
             )
             parser.close()
-        items = parser.evidence()
-        return items[: query.limit]
+        return parser.evidence(query.limit)
 
     @staticmethod
     def _contains(text: str, pattern: str, mode: str, ignore_case: bool) -> bool:
@@ -306,11 +310,13 @@ class _Stream:
         reg.patterns |= found
         reg.definition = reg.definition or any(r.search(text) for r in self.def_res)
 
-    def evidence(self) -> list[Evidence]:
-        """The regions so far as ranked items (the answer, or the partial one at a deadline)."""
-        out: list[Evidence] = []
+    def evidence(self, limit: int) -> list[Evidence]:
+        """The best ``limit`` regions so far as ranked items (the answer, or the partial one at a
+        deadline). Regions are scored first and only the kept ones become items: a common word can
+        leave tens of thousands of regions."""
         n = max(1, len(self.patterns))
         flags = ("exact-match", "output-truncated") if self.truncated else ("exact-match",)
+        scored: list[tuple[float, str, str, int, _Region]] = []
         for place, regs in list(self.regions.items()):
             project, path = place
             coverage = len(self.file_patterns[place]) / n
@@ -324,22 +330,21 @@ class _Stream:
                     + 0.1 * math.log1p(self.file_matches[place])
                     - 0.3 * is_test_file(path)
                 )
-                content = "\n".join(reg.lines[k] for k in sorted(reg.lines))
-                out.append(
-                    Evidence(
-                        project=project,
-                        path=path,
-                        kind="chunk",
-                        start_line=reg.start,
-                        end_line=reg.end,
-                        content=content,
-                        score=round(score, 4),
-                        meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
-                        flags=flags,
-                    )
-                )
-        out.sort(key=lambda e: (-e.score, e.project, e.path, e.start_line))
-        return out
+                scored.append((-round(score, 4), project, path, reg.start, reg))
+        return [
+            Evidence(
+                project=project,
+                path=path,
+                kind="chunk",
+                start_line=reg.start,
+                end_line=reg.end,
+                content="\n".join(reg.lines[k] for k in sorted(reg.lines)),
+                score=-neg,
+                meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
+                flags=flags,
+            )
+            for neg, project, path, _, reg in heapq.nsmallest(limit, scored, key=lambda t: t[:4])
+        ]
 
 
 def _decoded(field: dict[str, Any]) -> str:

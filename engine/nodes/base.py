@@ -133,6 +133,7 @@ class RunState:
     confidence: Confidence | None = None
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
     heads: dict[str, str | None] | None = None  # git HEAD per project in scope, read once (fan-out)
+    file_verdicts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # engine.screen memo
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
 

@@ -129,10 +129,11 @@ async def _screen(state: RunState, expert: Expert, items: Sequence[Evidence], qu
     when every verdict is cached, else in a worker thread (a content scan can take a while)."""
     policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
     data_dir = state.workspace.data_dir
-    screened = screen_cached(items, query.projects, policy, adapter=expert.spec.adapter, data_dir=data_dir)
+    adapter, memo = expert.spec.adapter, state.file_verdicts
+    screened = screen_cached(items, query.projects, policy, adapter=adapter, data_dir=data_dir, memo=memo)
     if screened is None:
         screened = await anyio.to_thread.run_sync(
-            partial(screen, items, query.projects, policy, adapter=expert.spec.adapter, data_dir=data_dir),
+            partial(screen, items, query.projects, policy, adapter=adapter, data_dir=data_dir, memo=memo),
             abandon_on_cancel=True,
         )
         policy.save_soon()
@@ -146,7 +147,9 @@ def _screen_judged(state: RunState, expert: Expert, items: Sequence[Evidence], q
     data_dir = state.workspace.data_dir
     out = Screened()
     for e in items:
-        one = screen_cached([e], query.projects, policy, adapter=expert.spec.adapter, data_dir=data_dir)
+        one = screen_cached(
+            [e], query.projects, policy, adapter=expert.spec.adapter, data_dir=data_dir, memo=state.file_verdicts
+        )
         if one is None:
             out.counts["unjudged"] += 1
         else:
