@@ -6,7 +6,11 @@ The fan-out asks :func:`plan` for every selected expert before it starts any of 
   from its recent p95 (:class:`LatencyModel`), capped by ``timeout_ms`` (experts.yaml); just
   ``timeout_ms`` while fewer than ``MIN_SAMPLES`` calls were seen. An expert that usually
   answers in 40 ms is cut at ~100 ms instead of waiting out a 2 s timeout on the one call that
-  hangs: the answer's tail follows what the experts usually take.
+  hangs: the answer's tail follows what the experts usually take. An expert that is not one of
+  the request's *leads* (prior under :data:`LEAD_SHARE` of the highest) is not waited for much
+  longer than the leads usually take: ``max(MIN_FOLLOW_MS, FOLLOW_FACTOR × the slowest lead's
+  p95)``. A low-weight slow expert (ripgrep at 0.1 over 20,000 files for a conceptual question)
+  then answers with what it has (partial) instead of setting the request's latency.
 * **actual** — the deadline enforced: ``planned``, cut to what is left of ``budget.latency_ms``
   once :data:`BUDGET_TAIL_MS` is kept for what follows the fan-out (kill, score, fuse, sign).
 * **skip** — with a budget, an expert whose recent p95 is more than :data:`SKIP_OVER` times the
@@ -33,6 +37,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -51,6 +56,9 @@ SLACK_MS = 20.0
 MIN_ADAPTIVE_MS = 100.0
 MIN_SAMPLES = 20
 SKIP_OVER = 3.0
+LEAD_SHARE = 0.5
+FOLLOW_FACTOR = 1.5
+MIN_FOLLOW_MS = 40.0
 #: own calls remembered per expert and how long they count; how far back the store's events count
 RECENT_CALLS = 200
 OWN_WINDOW_S = 300.0
@@ -70,29 +78,51 @@ class Deadline:
     actual_ms: float
     p95_ms: float | None
     skip: str | None = None  # why it is not started at all
+    lead_p95_ms: float | None = None  # set when it follows the request's leads
 
     def to_receipt(self) -> dict[str, Any]:
         out: dict[str, Any] = {"planned_ms": round(self.planned_ms, 1), "actual_ms": round(self.actual_ms, 1)}
         if self.p95_ms is not None:
             out["p95_ms"] = round(self.p95_ms, 1)
+        if self.lead_p95_ms is not None:
+            out["lead_p95_ms"] = round(self.lead_p95_ms, 1)
         return out
 
 
+def lead_p95(weights: Mapping[str, float], p95: Callable[[str], float | None]) -> tuple[set[str], float | None]:
+    """The request's leads (prior ≥ :data:`LEAD_SHARE` of the highest) and the slowest one's p95
+    (None while a lead has no history: then nobody is cut to it)."""
+    top = max(weights.values(), default=0.0)
+    leads = {n for n, w in weights.items() if w >= LEAD_SHARE * top}
+    known = [p95(n) for n in leads]
+    if not leads or any(v is None for v in known):
+        return leads, None
+    return leads, max(v for v in known if v is not None)
+
+
 def plan(
-    timeout_ms: float, p95_ms: float | None, budget_left_ms: float | None, *, partial_results: bool = False
+    timeout_ms: float,
+    p95_ms: float | None,
+    budget_left_ms: float | None,
+    *,
+    partial_results: bool = False,
+    lead_p95_ms: float | None = None,
 ) -> Deadline:
-    """The deadlines of one expert (see the module docstring). Pure."""
+    """The deadlines of one expert (see the module docstring); ``lead_p95_ms`` only for an expert
+    that is not a lead. Pure."""
     planned = float(timeout_ms)
     if p95_ms is not None:
         planned = min(planned, max(MIN_ADAPTIVE_MS, FACTOR * p95_ms + SLACK_MS))
+    if lead_p95_ms is not None:
+        planned = min(planned, max(MIN_FOLLOW_MS, FOLLOW_FACTOR * lead_p95_ms))
     if budget_left_ms is None:
-        return Deadline(planned, planned, p95_ms)
+        return Deadline(planned, planned, p95_ms, None, lead_p95_ms)
     left = budget_left_ms - BUDGET_TAIL_MS
     actual = max(1.0, min(planned, left))
     skip = None
     if p95_ms is not None and not partial_results and p95_ms > SKIP_OVER * max(left, 1.0):
         skip = f"its recent p95 ({p95_ms:.0f} ms) does not fit the {max(left, 0):.0f} ms left of the budget"
-    return Deadline(planned, actual, p95_ms, skip)
+    return Deadline(planned, actual, p95_ms, skip, lead_p95_ms)
 
 
 def _p95(values: list[float]) -> float:

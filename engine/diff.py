@@ -15,9 +15,7 @@ from typing import Any
 
 from .errors import SpecError
 from .nodes.classify import rules_fingerprint
-from .spec import ConfigSet, load_config
-
-CONFIG_FILES = ("experts.yaml", "priors.yaml")
+from .spec import CONFIG_FILES, ConfigSet, load_config
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

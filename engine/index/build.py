@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -209,8 +210,38 @@ def _save(manifest: Manifest, workspace: Workspace) -> None:
 
 
 def current_heads(projects: Iterable[Project]) -> dict[str, str | None]:
-    """HEAD's sha of every git project (read once per request: the receipt states it once)."""
+    """HEAD's sha of every git project."""
     return {p.name: read_head(p.root) for p in projects if p.is_git}
+
+
+class Heads(Mapping[str, str | None]):
+    """The git projects' HEADs for one request, read on first use (by the first index-backed
+    expert's freshness, in its worker thread: ~30 µs a project, off the router's own path), then
+    shared by every expert and stated once in the receipt."""
+
+    def __init__(self, projects: Iterable[Project]) -> None:
+        self._projects = tuple(projects)
+        self._map: dict[str, str | None] | None = None
+        self._lock = threading.Lock()
+
+    def _read(self) -> dict[str, str | None]:
+        with self._lock:
+            if self._map is None:
+                self._map = current_heads(self._projects)
+            return self._map
+
+    def read(self) -> dict[str, str | None] | None:
+        """The HEADs if something asked for them, else None (nothing is read here)."""
+        return self._map
+
+    def __getitem__(self, key: str) -> str | None:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
 
 
 def freshness(

@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..errors import EngineError, GraphError
 from ..experts.base import Expert
+from ..index.build import Heads
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
 from ..spec import ConfigSet, NodeSpec, PipelineSpec
 from ..types import Classification, ExpertOutcome, Request
@@ -132,7 +133,7 @@ class RunState:
     fusion_info: dict[str, Any] = field(default_factory=dict)
     confidence: Confidence | None = None
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
-    heads: dict[str, str | None] | None = None  # git HEAD per project in scope, read once (fan-out)
+    heads: Heads | None = None  # git HEAD per project in scope, read once when first needed
     file_verdicts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # engine.screen memo
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None

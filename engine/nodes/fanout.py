@@ -1,13 +1,14 @@
 """fanout: run the selected experts concurrently, each under its own deadline (DESIGN §6.3).
 
-Each expert's deadline is planned from its recent p95 and capped by its ``timeout_ms`` and by
-what is left of ``budget.latency_ms`` (:mod:`engine.deadlines`; the receipt's
-``per_expert.<e>.deadline`` has both). A slow expert never blocks a fast one, and every failure
-becomes a classified :class:`~engine.types.ExpertOutcome` (timeout · unavailable · internal ·
-malformed · unconfigured · skipped) with zero items. No silent retry. An expert that can hand
-back what it has (``partial_results``) answers at its deadline with that: status ``partial``,
-items flagged ``partial``. With a budget, an expert whose p95 is far over what is left is not
-started (``skipped``): it would only time out, and take CPU from those that can make it.
+Each expert's deadline is planned from its recent p95 (an expert that is not one of the request's
+leads, from the leads' p95) and capped by its ``timeout_ms`` and by what is left of
+``budget.latency_ms`` (:mod:`engine.deadlines`; the receipt's ``per_expert.<e>.deadline`` has
+both). A slow expert never blocks a fast one, and every failure becomes a classified
+:class:`~engine.types.ExpertOutcome` (timeout · unavailable · internal · malformed · unconfigured
+· skipped) with zero items. No silent retry. An expert that can hand back what it has
+(``partial_results``) answers at its deadline with that: status ``partial``, items flagged
+``partial``. With a budget, an expert whose p95 is far over what is left is not started
+(``skipped``): it would only time out, and take CPU from those that can make it.
 
 ``settings.experts`` limits a fan-out node to some experts, so a pipeline can run two fan-outs
 side by side (their outcomes merge; each expert runs in exactly one of them).
@@ -20,10 +21,10 @@ from functools import partial
 
 import anyio
 
-from ..deadlines import Deadline, plan
+from ..deadlines import Deadline, lead_p95, plan
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
 from ..experts.base import Expert, Found, expert_errors
-from ..index.build import current_heads
+from ..index.build import Heads
 from ..screen import Screened, screen, screen_cached
 from ..secrets import policy_for
 from ..spec import ConfigSet, PipelineSpec
@@ -37,7 +38,7 @@ def build_query(state: RunState) -> Query:
     projects = state.workspace.scoped_projects(state.request.scope, dict(state.config.priors.groups))
     fusion = state.config.priors.fusion
     if state.heads is None:  # once per run: every index-backed expert compares its HEADs with these
-        state.heads = current_heads(projects)
+        state.heads = Heads(projects)
     return Query(
         question=state.request.question,
         klass=c.klass,
@@ -62,12 +63,13 @@ class FanoutNode(Node):
         only = self.settings.get("experts")
         names = [n for n in state.selection.experts if (not only or n in only) and n not in state.outcomes]
         query = build_query(state)
+        leads, slowest_lead = lead_p95(state.selection.experts, state.services.latency_p95)
         async with anyio.create_task_group() as tg:
             for name in names:
-                tg.start_soon(self._one, state, name, query)
+                tg.start_soon(self._one, state, name, query, None if name in leads else slowest_lead)
         return None
 
-    async def _one(self, state: RunState, name: str, query: Query) -> None:
+    async def _one(self, state: RunState, name: str, query: Query, lead_p95_ms: float | None) -> None:
         spec = state.config.experts[name]
         outcome = ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={})
         state.outcomes[name] = outcome  # registered first, so even a crash leaves a row in the receipt
@@ -82,6 +84,7 @@ class FanoutNode(Node):
                 state.services.latency_p95(name),
                 state.deadline_ms(),
                 partial_results=expert.partial_results,
+                lead_p95_ms=lead_p95_ms,
             )
             outcome.deadline = deadline.to_receipt()
             if deadline.skip:
@@ -141,8 +144,9 @@ async def _screen(state: RunState, expert: Expert, items: Sequence[Evidence], qu
 
 
 def _screen_judged(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened:
-    """The screen for partial items: those whose file has no cached verdict are dropped (counted
-    ``unjudged``) instead of scanned."""
+    """The screen for partial items, past the deadline: those whose file has no cached verdict, and
+    every item of an adapter whose snippets must be scanned (engine.screen.TRUSTED_CONTENT), are
+    dropped (counted ``unjudged``) instead of scanned."""
     policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
     data_dir = state.workspace.data_dir
     out = Screened()

@@ -48,8 +48,9 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         else sum(len(o.items) for o in state.outcomes.values()),
         "status": status,
     }
-    if state.heads is not None:  # stated once; per_expert freshness names only the stale projects
-        receipt["heads"] = dict(sorted(state.heads.items()))
+    heads = state.heads.read() if state.heads is not None else None
+    if heads is not None:  # stated once; per_expert freshness names only the stale projects
+        receipt["heads"] = dict(sorted(heads.items()))
     if state.confidence is not None:
         receipt["confidence"] = state.confidence.to_dict()
     if state.error is not None:
