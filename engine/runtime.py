@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import heap
 from .config import load_config
 from .deadlines import LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
@@ -50,11 +50,11 @@ from .workspace import Workspace, check_scope_path
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
 MEMO_SIZE = 256
-#: flushes after which the heap built so far (config, index readers, models, parser caches: ~0.5M
-#: objects) is collected once and frozen out of the cyclic GC: otherwise a full collection walks
-#: it all, mid-request, every few hundred answers (1.1 s measured on the devset workspace under
-#: load). A one-shot `engine run` flushes once and never pays for it.
-FREEZE_AT = frozenset({2, 16, 128, 1024})
+#: flushes after which the heap built so far is collected, frozen out of the cyclic GC and trimmed
+#: (engine/heap.py), and how often it is trimmed besides. A one-shot `engine run` flushes once and
+#: never pays for it.
+SETTLE_AT = frozenset({2, 16, 128, 1024})
+TRIM_EVERY = 64
 
 
 @dataclass
@@ -359,9 +359,10 @@ class Router:
             pending, self._after = self._after, []
         self._flushes += 1
         self.latency.update()  # this process's own calls, noted as the answers went out
-        if self._flushes in FREEZE_AT:
-            gc.collect()  # today's garbage goes first: only what is still alive is frozen
-            gc.freeze()
+        if self._flushes in SETTLE_AT:
+            heap.settle()
+        elif self._flushes % TRIM_EVERY == 0:
+            heap.trim()
         try:
             self.store.record_events(e for e in pending if isinstance(e, BenchmarkEvent))
             for entry in pending:
