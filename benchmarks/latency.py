@@ -16,8 +16,9 @@ router arm, cache off, one warm-up question per snapshot), so the numbers are th
 * **budget sweep** — the same suites with ``budget.latency_ms`` of 50, 100, 200, 500 ms:
   overrun (end to end minus budget) p50/p99, nDCG@10 and Acc@5 per budget, expert statuses
   (ok/partial/timeout/skipped); drawn as an SVG (nDCG@10 against budget, one line per suite);
-* **rss** — a serving Router on the django@3.0 snapshot answering the swebench django issues
-  three times over: RSS after start, after the first answer, at the end, and the peak;
+* **rss** — a serving Router on the django@3.0 snapshot answering the swebench django issues and
+  20 generated questions of the other shapes (``engine bench``'s) three times over: RSS after
+  start, after the first answer, after each round, and the peak;
 * **hooks for rows other engineers own** — :data:`EXTERNAL_ROWS`: ``engine run`` wall time from
   a shell (the cli engineer's daemon) and embedding throughput against a bare onnxruntime loop
   (the embed engineer). Each is a command whose JSON output is merged into the table when given
@@ -33,6 +34,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -77,6 +79,27 @@ def suite_options(name: str, args: argparse.Namespace) -> dict[str, Any]:
     raise SystemExit(f"unknown suite {name!r}: cosqa, swebench, devset")
 
 
+def child_suite(name: str, args: argparse.Namespace, budget_ms: int | None, src: str | None) -> dict[str, Any]:
+    """One suite run in a fresh process (``src``: the engine tree it imports, e.g. main's, for a
+    side-by-side baseline), so no run inherits another's warm caches or heap."""
+    code = "baseline" if src else "this"
+    print(f"[latency] {name} budget {budget_ms} ({code})", file=sys.stderr)
+    argv = [sys.executable, __file__, "suite", name, "--home", args.home, "--shared", args.shared, "--code", code]
+    argv += ["--runs", args.runs]
+    for flag, value in (("--workspace", args.workspace), ("--large-config", args.large_config)):
+        if value:
+            argv += [flag, value]
+    if budget_ms is not None:
+        argv += ["--budget-ms", str(budget_ms)]
+    if args.limit_queries:
+        argv += ["--limit-queries", str(args.limit_queries)]
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    res = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, cwd=src or None)
+    if res.returncode != 0:
+        raise SystemExit(f"{name} ({code}) failed:\n{res.stderr[-3000:]}")
+    return {**json.loads(res.stdout), "code": code}
+
+
 def devset_suite(workspace: Path, runs: Path) -> Path:
     """benchmarks/devset with the qrels rows the workspace cannot serve left out (on main since the
     secrets policy of issue 8, detect-secrets withholds two gold files, e.g. a basic-auth URL in
@@ -104,13 +127,14 @@ def run_suite(name: str, args: argparse.Namespace, budget_ms: int | None) -> dic
     from engine.evaluation.runner import EvalOptions, run_eval
 
     before = load()
-    tag = f"{name}-{budget_ms or 'none'}"
+    tag = f"{name}-{budget_ms or 'none'}-{args.code}"
+    extra: dict[str, Any] = {} if budget_ms is None else {"budget_ms": budget_ms}  # a baseline tree may lack it
     opts = EvalOptions(
         **suite_options(name, args),
+        **extra,
         arms=["router"],
         home=Path(args.home),
         out=Path(args.runs) / tag,
-        budget_ms=budget_ms,
         limit_queries=args.limit_queries,
         progress=False,
     )
@@ -155,24 +179,49 @@ def rss_mb(pid: int | str = "self") -> dict[str, float]:
     return out
 
 
-def run_rss(args: argparse.Namespace, rounds: int = 3) -> dict[str, Any]:
-    """A serving Router on the django@3.0 snapshot, asked the swebench django issues ``rounds`` times,
-    in a child process of its own (this one holds the whole suite in memory)."""
+def without_typed(config: Path, runs: Path) -> Path:
+    """A copy of ``config`` with the typed expert disabled: what the router holds without jedi."""
+    import yaml
+
+    dst = runs / "config-without-typed"
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(config, dst)
+    experts = yaml.safe_load((dst / "experts.yaml").read_text())
+    experts["experts"]["typed"]["enabled"] = False
+    (dst / "experts.yaml").write_text(yaml.safe_dump(experts, sort_keys=False))
+    return dst
+
+
+def run_rss(
+    args: argparse.Namespace, rounds: int = 3, config: str | None = None, src: str | None = None
+) -> dict[str, Any]:
+    """A serving Router on the django@3.0 snapshot, asked the swebench django issues and 20 questions
+    about its own definitions ``rounds`` times, in a child process of its own (this one holds the
+    whole suite in memory)."""
     from engine.evaluation.materialize import materialize
     from engine.evaluation.suite import load_suite
 
     snapshot = "django@3.0"
     suite = load_suite(Path(args.shared) / "swebench-lite-files", "test", None)
     sw, _ = materialize(snapshot, suite.docs_for(snapshot), Path(args.home))
+    from engine.evaluation.bench import generate_questions
+
     questions = Path(args.runs) / "rss-questions.json"
     questions.parent.mkdir(parents=True, exist_ok=True)
-    questions.write_text(json.dumps([q.text for q in suite.queries if q.snapshot == snapshot]))
+    # the snapshot's issues (conceptual) plus questions of every other shape about its own
+    # definitions (typed-symbol, identifier, impact), so every expert's memory shows
+    asked = [q.text for q in suite.queries if q.snapshot == snapshot]
+    asked += [q["question"] for q in generate_questions(sw.workspace(), 20)]
+    questions.write_text(json.dumps(asked))
     del suite
     before = load()
-    argv = [sys.executable, __file__, "rss-child", "--large-config", args.large_config, "--runs", args.runs]
+    config = config or args.large_config
+    argv = [sys.executable, __file__, "rss-child", "--large-config", config, "--runs", args.runs]
     argv += ["--child", json.dumps([str(sw.project_dir), str(sw.data_dir), str(questions), rounds])]
-    res = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return {"snapshot": snapshot, **json.loads(res.stdout), "load_before": before, "load_after": load()}
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    res = subprocess.run(argv, capture_output=True, text=True, check=True, env=env, cwd=src or None)
+    out = {"snapshot": snapshot, "config": config, "code": "baseline" if src else "this"}
+    return {**out, **json.loads(res.stdout), "load_before": before, "load_after": load()}
 
 
 def rss_child(args: argparse.Namespace) -> dict[str, Any]:
@@ -270,8 +319,27 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [
         f"Measured {data['created_at']}, engine HEAD `{data['head'][:7]}`{' (dirty)' if data.get('dirty') else ''}; "
         f"load average {data['load_before']['load1']} before, {data['load_after']['load1']} after "
-        "(2 cores shared with other jobs).",
+        "(2 cores shared with other jobs). Command: `" + data["command"] + "`.",
         "",
+    ]
+    if data.get("baseline"):
+        lines += [
+            f"Side by side, no budget (each run in a fresh process, this code then `{data['baseline_src']}`):",
+            "",
+            "| suite | code | nDCG@10 | Acc@5 | overhead p50 / p99 ms | end to end p50 / p95 / p99 ms | load |",
+            "|---|---|---:|---:|---|---|---:|",
+        ]
+        for r in data["suites"]:
+            if r["budget_ms"] is not None:
+                continue
+            for row in [r, *(b for b in data["baseline"] if b["suite"] == r["suite"])]:
+                lines.append(
+                    f"| {row['suite']} | {row['code']} | {row['ndcg@10']:.3f} | {row['acc@5']:.3f} "
+                    f"| {_ms(row['overhead_ms'], 'p50', 'p99')} | {_ms(row['e2e_ms'], 'p50', 'p95', 'p99')} "
+                    f"| {row['load_before']['load1']} |"
+                )
+        lines.append("")
+    lines += [
         "| suite | budget ms | nDCG@10 | Acc@5 | overhead p50 / p99 ms | end to end p50 / p95 / p99 ms "
         "| overrun p50 / p99 ms | expert statuses |",
         "|---|---:|---:|---:|---|---|---|---|",
@@ -283,13 +351,12 @@ def markdown(data: dict[str, Any]) -> str:
             f"| {_ms(r['overhead_ms'], 'p50', 'p99')} | {_ms(r['e2e_ms'], 'p50', 'p95', 'p99')} "
             f"| {_ms(r.get('overrun_ms'), 'p50', 'p99')} | {st} |"
         )
-    if data.get("rss"):
-        m = data["rss"]
+    for m in data.get("rss") or []:
         marks = ", ".join(f"{k.replace('_', ' ')} {v['VmRSS']:.0f} MB" for k, v in m["rss_mb"].items())
         lines += [
             "",
-            f"Serving router on {m['snapshot']} ({m['questions']} issues × {m['rounds']}): {marks}; "
-            f"peak {m['peak_mb']:.0f} MB.",
+            f"Serving router on {m['snapshot']} ({m['questions']} questions × {m['rounds']}; {m['code']} code, "
+            f"config `{m['config']}`): {marks}; peak {m['peak_mb']:.0f} MB.",
         ]
     for name, row in data.get("external", {}).items():
         lines.append("")
@@ -312,6 +379,8 @@ def main() -> None:
     ap.add_argument("--row", action="append", default=[], help="NAME=COMMAND printing a JSON row (owners' hooks)")
     ap.add_argument("--out", default=str(REPO / "docs" / "latency"))
     ap.add_argument("--runs", default="/tmp/latency-runs")
+    ap.add_argument("--baseline-src", help="an engine source tree (e.g. `git archive main`) to run beside, unbounded")
+    ap.add_argument("--code", default="this", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
@@ -339,14 +408,22 @@ def main() -> None:
         "command": " ".join(shlex.quote(a) for a in sys.argv),
         "load_before": load(),
         "suites": [],
+        "baseline": [],
+        "baseline_src": args.baseline_src,
     }
     budgets: list[int | None] = [None, *(int(b) for b in args.budgets.split(",") if b)]
     for name in args.suites.split(","):
         for b in budgets:
-            print(f"[latency] {name} budget {b}", file=sys.stderr)
-            data["suites"].append(run_suite(name, args, b))
+            data["suites"].append(child_suite(name, args, b, None))
+            if b is None and args.baseline_src:  # side by side: the same suite right after, older code
+                data["baseline"].append(child_suite(name, args, b, args.baseline_src))
     if args.large_config:
-        data["rss"] = run_rss(args)
+        data["rss"] = [
+            run_rss(args),
+            run_rss(args, config=str(without_typed(Path(args.large_config), Path(args.runs)))),
+        ]
+        if args.baseline_src:
+            data["rss"].append(run_rss(args, src=args.baseline_src))
     data["external"] = external_rows(args.row)
     data["load_after"] = load()
     out.mkdir(parents=True, exist_ok=True)

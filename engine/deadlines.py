@@ -12,7 +12,11 @@ The fan-out asks :func:`plan` for every selected expert before it starts any of 
   p95)``. A low-weight slow expert (ripgrep at 0.1 over 20,000 files for a conceptual question)
   then answers with what it has (partial) instead of setting the request's latency.
 * **actual** — the deadline enforced: ``planned``, cut to what is left of ``budget.latency_ms``
-  once :data:`BUDGET_TAIL_MS` is kept for what follows the fan-out (kill, score, fuse, sign).
+  once a *reserve* is kept for what follows the experts' deadline (the timer firing, killing
+  late process trees, score, fuse, sign, spool): the p95 of what that took in recent requests
+  (:data:`TAIL`, measured by the Router for every answer), at least :data:`BUDGET_TAIL_MS` and at
+  most :data:`MAX_RESERVE_SHARE` of the budget. On a machine so loaded that the tail takes 60 ms
+  the experts get less time and the answer still comes back within the budget.
 * **skip** — with a budget, an expert whose recent p95 is more than :data:`SKIP_OVER` times the
   budget left is not started (status ``skipped``): it would only time out, and on two cores its
   CPU slows the experts that can make it. Experts that hand back partial results are never
@@ -51,6 +55,9 @@ log = logging.getLogger("engine")
 #: experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
 #: benchmarks/latency.py (budget sweep) and benchmarks/budget_overrun.py (docs/benchmarks.md).
 BUDGET_TAIL_MS = 15.0
+MAX_RESERVE_SHARE = 0.6
+#: the pseudo-expert under which the Router notes what followed the experts' deadline
+TAIL = "(after the fan-out)"
 FACTOR = 2.0
 SLACK_MS = 20.0
 MIN_ADAPTIVE_MS = 100.0
@@ -100,6 +107,11 @@ def lead_p95(weights: Mapping[str, float], p95: Callable[[str], float | None]) -
     return leads, max(v for v in known if v is not None)
 
 
+def reserve(budget_ms: float, tail_p95_ms: float | None) -> float:
+    """What a request of ``budget_ms`` keeps for after the experts' deadline (module docstring)."""
+    return min(MAX_RESERVE_SHARE * budget_ms, max(BUDGET_TAIL_MS, tail_p95_ms or 0.0))
+
+
 def plan(
     timeout_ms: float,
     p95_ms: float | None,
@@ -107,9 +119,10 @@ def plan(
     *,
     partial_results: bool = False,
     lead_p95_ms: float | None = None,
+    reserve_ms: float = BUDGET_TAIL_MS,
 ) -> Deadline:
     """The deadlines of one expert (see the module docstring); ``lead_p95_ms`` only for an expert
-    that is not a lead. Pure."""
+    that is not a lead; ``budget_left_ms`` already net of nothing, ``reserve_ms`` is kept from it. Pure."""
     planned = float(timeout_ms)
     if p95_ms is not None:
         planned = min(planned, max(MIN_ADAPTIVE_MS, FACTOR * p95_ms + SLACK_MS))
@@ -117,7 +130,7 @@ def plan(
         planned = min(planned, max(MIN_FOLLOW_MS, FOLLOW_FACTOR * lead_p95_ms))
     if budget_left_ms is None:
         return Deadline(planned, planned, p95_ms, None, lead_p95_ms)
-    left = budget_left_ms - BUDGET_TAIL_MS
+    left = budget_left_ms - reserve_ms
     actual = max(1.0, min(planned, left))
     skip = None
     if p95_ms is not None and not partial_results and p95_ms > SKIP_OVER * max(left, 1.0):

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import heap
 from .config import load_config
-from .deadlines import LatencyModel
+from .deadlines import TAIL, LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv
 from .graph import PipelineGraph, build_graph
@@ -255,6 +255,7 @@ class Router:
 
     def _finish(self, state: RunState) -> RunResult:
         assert state.receipt is not None
+        self._note_tail(state)
         response: dict[str, Any] = {"items": [it.to_dict() for it in state.fused]}
         if state.request.mode == "separate":
             response["separate"] = state.separate
@@ -265,6 +266,19 @@ class Router:
         response["receipt"] = state.receipt
         self._queue_after(state, response)
         return RunResult(response, state.error)
+
+    def _note_tail(self, state: RunState) -> None:
+        """What followed the experts' deadline in this request, for the next budgets' reserve
+        (engine.deadlines): the fan-out's end to the signed receipt, plus how late the fan-out
+        ended past the deadline it was given (a loaded machine fires timers late)."""
+        if state.fanout_end is None:
+            return
+        tail = (self.clock() - state.fanout_end) * 1000
+        budget = state.request.budget.latency_ms
+        if budget is not None and state.reserve_ms is not None:
+            deadline_at = state.started + (budget - state.reserve_ms) / 1000
+            tail += max(0.0, (state.fanout_end - deadline_at) * 1000)
+        self.latency.observe(TAIL, tail, "ok")
 
     def _receipted_failure(
         self,

@@ -135,6 +135,8 @@ class RunState:
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
     heads: Heads | None = None  # git HEAD per project in scope, read once when first needed
     file_verdicts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # engine.screen memo
+    reserve_ms: float | None = None  # with a budget: what the fan-out kept for after its deadline
+    fanout_end: float | None = None  # clock() when the (last) fan-out ended
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
 

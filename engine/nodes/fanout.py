@@ -21,7 +21,7 @@ from functools import partial
 
 import anyio
 
-from ..deadlines import Deadline, lead_p95, plan
+from ..deadlines import BUDGET_TAIL_MS, TAIL, Deadline, lead_p95, plan, reserve
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
 from ..experts.base import Expert, Found, expert_errors
 from ..index.build import Heads
@@ -64,9 +64,14 @@ class FanoutNode(Node):
         names = [n for n in state.selection.experts if (not only or n in only) and n not in state.outcomes]
         query = build_query(state)
         leads, slowest_lead = lead_p95(state.selection.experts, state.services.latency_p95)
-        async with anyio.create_task_group() as tg:
-            for name in names:
-                tg.start_soon(self._one, state, name, query, None if name in leads else slowest_lead)
+        if state.request.budget.latency_ms is not None and state.reserve_ms is None:
+            state.reserve_ms = reserve(state.request.budget.latency_ms, state.services.latency_p95(TAIL))
+        try:
+            async with anyio.create_task_group() as tg:
+                for name in names:
+                    tg.start_soon(self._one, state, name, query, None if name in leads else slowest_lead)
+        finally:
+            state.fanout_end = state.services.clock()
         return None
 
     async def _one(self, state: RunState, name: str, query: Query, lead_p95_ms: float | None) -> None:
@@ -85,6 +90,7 @@ class FanoutNode(Node):
                 state.deadline_ms(),
                 partial_results=expert.partial_results,
                 lead_p95_ms=lead_p95_ms,
+                reserve_ms=state.reserve_ms if state.reserve_ms is not None else BUDGET_TAIL_MS,
             )
             outcome.deadline = deadline.to_receipt()
             if deadline.skip:

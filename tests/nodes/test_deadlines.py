@@ -21,9 +21,11 @@ from engine.deadlines import (
     MIN_SAMPLES,
     OWN_WINDOW_S,
     PROBE_AFTER,
+    TAIL,
     LatencyModel,
     lead_p95,
     plan,
+    reserve,
 )
 from engine.experts.base import PARTIAL, Found
 from engine.experts.fake import FakeExpert
@@ -47,6 +49,13 @@ def test_plan_follows_p95_within_timeout_and_budget() -> None:
     assert plan(2000, 2000.0, 300.0).skip  # p95 far over what is left: not started
     assert plan(2000, 2000.0, 300.0, partial_results=True).skip is None  # what it finds still counts
     assert plan(2000, 2000.0, None).skip is None  # without a budget nothing is skipped
+
+
+def test_the_reserve_after_the_deadline_follows_the_measured_tail() -> None:
+    assert reserve(100, None) == BUDGET_TAIL_MS
+    assert reserve(1000, 80.0) == 80.0  # a loaded machine: the experts get less, the budget holds
+    assert reserve(100, 80.0) == 60.0  # never more than MAX_RESERVE_SHARE of the budget
+    assert plan(2000, None, 100.0, reserve_ms=60.0).actual_ms == 40.0
 
 
 def test_experts_that_are_not_leads_follow_the_leads() -> None:
@@ -144,7 +153,9 @@ def test_budget_bounds_the_request_and_the_fast_expert_answers(tmp_path: Path) -
     assert per["slow"]["deadline"]["planned_ms"] == 5000  # its timeout: no history yet
     assert per["slow"]["deadline"]["actual_ms"] <= 300 - BUDGET_TAIL_MS
     assert [i["path"] for i in resp["items"]] == ["c.py"]
+    assert resp["receipt"]["budget"]["reserved_ms"] == BUDGET_TAIL_MS  # no tail measured yet
     assert wall_ms < 300 + 200  # budget + a generous margin for a loaded CI machine
+    assert router.latency._own[TAIL]  # what followed the deadline was noted for the next reserve
 
 
 def test_partial_answer_at_the_deadline(tmp_path: Path) -> None:
