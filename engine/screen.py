@@ -40,27 +40,6 @@ class Screened:
     counts: Counter[str] = field(default_factory=Counter)
 
 
-def screen_cached(
-    items: Sequence[Evidence],
-    projects: Sequence[Project],
-    policy: SecretsPolicy,
-    *,
-    adapter: str = "",
-    data_dir: Path | None = None,
-    memo: dict[tuple[str, str], str | None] | None = None,
-) -> Screened | None:
-    """:func:`screen` when it needs no content scan (a trusted adapter's file items whose verdicts
-    are cached: the usual case, ~10 µs per file), else None. The fan-out runs this on the event
-    loop and hands only the rest to a worker thread: a thread hop costs milliseconds on a busy
-    machine, more than the screen itself."""
-    if adapter not in TRUSTED_CONTENT:
-        return None
-    try:
-        return screen(items, projects, policy, adapter=adapter, data_dir=data_dir, cached_only=True, memo=memo)
-    except NotJudged:
-        return None
-
-
 def screen(
     items: Sequence[Evidence],
     projects: Sequence[Project],
@@ -74,7 +53,10 @@ def screen(
     """Drop, redact and count; see the module docstring. Pure apart from reading the files judged.
 
     ``memo`` keeps each file's verdict for the rest of a request (its experts return the same
-    files): pass one dict per request.
+    files): pass one dict per request. ``cached_only`` is for the event loop: it screens a
+    :data:`TRUSTED_CONTENT` adapter's file items whose verdicts are cached (the usual case, ~10 µs
+    a file) and raises at the first item that would need a content scan, which the caller then
+    runs in a worker thread (a thread hop costs milliseconds on a busy machine, more than this).
 
     Raises:
         NotJudged: with ``cached_only``, at the first item that needs a content scan.

@@ -25,8 +25,8 @@ from ..deadlines import BUDGET_TAIL_MS, TAIL, Deadline, lead_p95, plan, reserve
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
 from ..experts.base import Expert, Found, expert_errors
 from ..index.build import Heads
-from ..screen import Screened, screen, screen_cached
-from ..secrets import policy_for
+from ..screen import TRUSTED_CONTENT, Screened, screen
+from ..secrets import NotJudged, policy_for
 from ..spec import ConfigSet, PipelineSpec
 from ..types import Evidence, ExpertOutcome, Query
 from .base import Node, RunState, node_kind
@@ -133,14 +133,32 @@ class FanoutNode(Node):
         return screened.items
 
 
+def _screen_cached(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened | None:
+    """The screen on the event loop, when it needs no content scan (engine.screen), else None."""
+    if expert.spec.adapter not in TRUSTED_CONTENT:
+        return None
+    policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+    try:
+        return screen(
+            items,
+            query.projects,
+            policy,
+            adapter=expert.spec.adapter,
+            data_dir=state.workspace.data_dir,
+            cached_only=True,
+            memo=state.file_verdicts,
+        )
+    except NotJudged:
+        return None
+
+
 async def _screen(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened:
     """Containment + secrets policy, for every expert alone (engine/screen.py): on the event loop
     when every verdict is cached, else in a worker thread (a content scan can take a while)."""
-    policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
-    data_dir = state.workspace.data_dir
-    adapter, memo = expert.spec.adapter, state.file_verdicts
-    screened = screen_cached(items, query.projects, policy, adapter=adapter, data_dir=data_dir, memo=memo)
+    screened = _screen_cached(state, expert, items, query)
     if screened is None:
+        policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+        data_dir, adapter, memo = state.workspace.data_dir, expert.spec.adapter, state.file_verdicts
         screened = await anyio.to_thread.run_sync(
             partial(screen, items, query.projects, policy, adapter=adapter, data_dir=data_dir, memo=memo),
             abandon_on_cancel=True,
@@ -153,13 +171,9 @@ def _screen_judged(state: RunState, expert: Expert, items: Sequence[Evidence], q
     """The screen for partial items, past the deadline: those whose file has no cached verdict, and
     every item of an adapter whose snippets must be scanned (engine.screen.TRUSTED_CONTENT), are
     dropped (counted ``unjudged``) instead of scanned."""
-    policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
-    data_dir = state.workspace.data_dir
     out = Screened()
     for e in items:
-        one = screen_cached(
-            [e], query.projects, policy, adapter=expert.spec.adapter, data_dir=data_dir, memo=state.file_verdicts
-        )
+        one = _screen_cached(state, expert, [e], query)
         if one is None:
             out.counts["unjudged"] += 1
         else:
