@@ -381,6 +381,9 @@ def eval_run(
             help="Items each question asks for, like `engine run --limit` (default: enough for 10 distinct files)",
         ),
     ] = None,
+    budget_ms: Annotated[
+        int | None, typer.Option("--budget-ms", min=1, help="budget.latency_ms of every question (a budget sweep)")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
     config_dir: ConfigDirOpt = None,
     pipeline: Annotated[str, typer.Option(help="Pipeline name or file")] = "router",
@@ -424,6 +427,7 @@ def eval_run(
         arms=arms.split(",") if arms else None,
         limit_queries=limit_queries,
         request_limit=request_limit,
+        budget_ms=budget_ms,
         out=out,
         home=cache_dir,
         pipeline=pipeline,

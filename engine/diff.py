@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
-from .spec import ConfigSet, load_config
+from .spec import CONFIG_FILES, ConfigSet, load_config
 
-CONFIG_FILES = ("experts.yaml", "priors.yaml", "classifier.yaml")
 #: what a git revision may look like (a name, a hash, HEAD~2, v1.0^, main@{1}): never an option
 REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}:+-]{0,199}$")
 

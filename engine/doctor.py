@@ -120,7 +120,7 @@ def _stale_warning(check: dict[str, Any]) -> dict[str, Any]:
     fresh = check["detail"]
     if not check["ok"] or not isinstance(fresh, dict):
         return check
-    stale = sorted(n for n, p in fresh.get("projects", {}).items() if p.get("stale"))
+    stale = sorted(fresh.get("stale") or {})
     pending = int(fresh.get("files_pending") or 0)
     if not stale and not pending:
         return check

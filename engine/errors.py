@@ -152,5 +152,6 @@ class NodeError(EngineError):
         return cls(f"node {node_id!r} ({kind}) failed: {type(exc).__name__}: {exc}", node_id=node_id, kind=kind)
 
 
-#: statuses an expert can report in a receipt; "ok" is the only one that carries items.
-EXPERT_STATUSES = ("ok", "timeout", "unavailable", "internal", "malformed", "unconfigured", "skipped")
+#: statuses an expert can report in a receipt; "ok" and "partial" (its deadline came: what it had
+#: found so far, items flagged ``partial``) are the ones that carry items.
+EXPERT_STATUSES = ("ok", "partial", "timeout", "unavailable", "internal", "malformed", "unconfigured", "skipped")

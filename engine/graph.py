@@ -8,6 +8,7 @@ node's own ``validate`` (experts and pipelines it names exist).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import networkx as nx
 
@@ -24,7 +25,17 @@ class PipelineGraph:
 
     def order(self) -> list[str]:
         """A deterministic topological order (ties by node id)."""
-        return list(nx.lexicographical_topological_sort(self.graph))
+        return list(self._order)
+
+    # a graph is built once per config version and run for every request: derived views are kept
+    @cached_property
+    def _order(self) -> tuple[str, ...]:
+        return tuple(nx.lexicographical_topological_sort(self.graph))
+
+    @cached_property
+    def predecessors(self) -> dict[str, tuple[str, ...]]:
+        """Each node's ``after:`` nodes."""
+        return {n: tuple(self.graph.predecessors(n)) for n in self.graph.nodes}
 
 
 def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .types import Evidence, canonical_json, sha256_hex
+from .types import Evidence, canonical_bytes, sha256_hex
 
 TRUNCATED = "content-truncated"
 ELLIPSIS = "…"
@@ -27,7 +27,7 @@ ELLIPSIS = "…"
 def item_id(e: Evidence) -> str:
     """A deterministic id from the evidence's place and content (the same place and text, the same id)."""
     return sha256_hex(
-        canonical_json([e.project, e.path, e.start_line, e.end_line, e.symbol or "", sha256_hex(e.content)])
+        canonical_bytes([e.project, e.path, e.start_line, e.end_line, e.symbol or "", sha256_hex(e.content)])
     )[:16]
 
 

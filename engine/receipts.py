@@ -28,6 +28,8 @@ store in one atomic step per process.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 import secrets
 import threading
@@ -40,21 +42,38 @@ from nacl.signing import SigningKey, VerifyKey
 from .errors import ReceiptError, StoreError
 from .keys import KeyRing
 from .store import Store
-from .types import canonical_json, sha256_hex
+from .types import canonical_bytes, canonical_json, sha256_hex
 
 
 def portable(value: Any) -> Any:
-    """Numbers every JSON implementation prints the same way: integral floats become ints and
-    other floats are rounded to 4 decimals (no exponent form). A receipt re-serialised by a
-    JavaScript client (``JSON.stringify`` prints ``1.0`` as ``1``) must still verify."""
+    """Numbers every JSON implementation prints the same way: integral floats become ints, other
+    floats are rounded to 4 decimals (no exponent form) and NaN/infinity become null (as
+    ``JSON.stringify`` prints them). A receipt re-serialised by a JavaScript client (which prints
+    ``1.0`` as ``1``) must still verify. Walks the body once per receipt, so the common types are
+    tested by identity first."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is dict:
+        return {k: portable(v) for k, v in value.items()}
+    if t is float:
+        return _portable_float(value)
+    if t is list or t is tuple:
+        return [portable(v) for v in value]
     if isinstance(value, float):
-        r = round(value, 4)
-        return int(r) if r.is_integer() else r
+        return _portable_float(value)
     if isinstance(value, dict):
         return {k: portable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [portable(v) for v in value]
     return value
+
+
+def _portable_float(value: float) -> float | int | None:
+    if not math.isfinite(value):
+        return None
+    r = round(value, 4)
+    return int(r) if r.is_integer() else r
 
 
 def signing_bytes(receipt: Mapping[str, Any]) -> bytes:
@@ -67,10 +86,14 @@ def receipt_hash(receipt: Mapping[str, Any]) -> str:
 
 
 def sign(receipt: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
-    """Return the receipt with ``public_key`` and ``signature`` set."""
+    """Return the receipt with ``public_key`` and ``signature`` set.
+
+    The body is made :func:`portable` and serialised once, by :func:`~engine.types.canonical_bytes`
+    (byte-equal to the documented ``json.dumps`` form for portable values, so a verifier using
+    json, as above, checks the same bytes)."""
     body: dict[str, Any] = portable({k: v for k, v in receipt.items() if k != "signature"})
     body["public_key"] = key.verify_key.encode().hex()
-    body["signature"] = key.sign(signing_bytes(body)).signature.hex()
+    body["signature"] = key.sign(canonical_bytes(body)).signature.hex()
     return body
 
 
@@ -143,5 +166,6 @@ class ReceiptLog:
             except StoreError as exc:
                 raise ReceiptError(f"receipt could not be stored: {exc.message}") from exc
             self._seq += 1
-            self._prev = receipt_hash(receipt)
+            # receipt_hash(receipt), from the same fast canonical form the signature used
+            self._prev = hashlib.sha256(canonical_bytes(receipt)).hexdigest()
             return receipt

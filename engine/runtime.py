@@ -26,9 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import heap
 from .config import load_config
+from .deadlines import TAIL, LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
-from .experts import Expert, ExpertEnv, adapter_class
+from .experts import Expert, ExpertEnv
 from .graph import PipelineGraph, build_graph
 from .index.build import read_head
 from .index.manifest import read_generation
@@ -36,10 +38,11 @@ from .items import CachedAnswer
 from .keys import KeyRing
 from .nodes.base import RunState
 from .nodes.receipt import write_receipt
+from .pool import ExpertPool
 from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
-from .spec import ConfigSet, ExpertSpec, PipelineSpec, escape_undecodable, parse_request
+from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, escape_undecodable, parse_request
 from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
@@ -47,54 +50,11 @@ from .workspace import Workspace, check_scope_path
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
 MEMO_SIZE = 256
-
-
-class ExpertPool:
-    """Expert instances by name, rebuilt only when their spec changes (sessions survive reloads)."""
-
-    def __init__(self, env: ExpertEnv) -> None:
-        self.env = env
-        self._experts: dict[str, tuple[ExpertSpec, Expert]] = {}
-        self._retired: list[Expert] = []
-        self.config: ConfigSet | None = None
-
-    def sync(self, config: ConfigSet) -> None:
-        self.config = config
-        for name in list(self._experts):
-            spec, inst = self._experts[name]
-            if config.experts.get(name) != spec:
-                self._retired.append(inst)
-                del self._experts[name]
-
-    def get(self, name: str) -> Expert:
-        if name not in self._experts:
-            assert self.config is not None
-            spec = self.config.experts[name]
-            self._experts[name] = (spec, adapter_class(spec.adapter)(spec, self.env))
-        return self._experts[name][1]
-
-    def inject(self, name: str, expert: Expert) -> None:
-        """Use a ready-made instance for ``name`` (scheduler tests inject FakeExpert handlers)."""
-        assert self.config is not None
-        self._experts[name] = (self.config.experts[name], expert)
-
-    async def close_retired(self) -> None:
-        """Close instances replaced by a config reload (their server processes end now, not at exit)."""
-        retired, self._retired = self._retired, []
-        for inst in retired:
-            try:
-                await inst.aclose()
-            except Exception:  # noqa: BLE001 - closing must not fail a request
-                log.exception("closing expert %s", inst.name)
-
-    async def aclose(self) -> None:
-        for inst in self._retired + [i for _, i in self._experts.values()]:
-            try:
-                await inst.aclose()
-            except Exception:  # noqa: BLE001 - closing must not mask the answer
-                log.exception("closing expert %s", inst.name)
-        self._experts.clear()
-        self._retired.clear()
+#: flushes after which the heap built so far is collected, frozen out of the cyclic GC and trimmed
+#: (engine/heap.py), and how often it is trimmed besides. A one-shot `engine run` flushes once and
+#: never pays for it.
+SETTLE_AT = frozenset({2, 16, 128, 1024})
+TRIM_EVERY = 64
 
 
 @dataclass
@@ -124,8 +84,14 @@ class _NewVersion:
 @dataclass
 class _Loaded:
     config: ConfigSet
-    stamp: tuple[tuple[str, int], ...]
+    stamp: tuple[tuple[str, int, int], ...]
     graphs: dict[str, PipelineGraph] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # pipeline → config_version, hashed once
+
+    def config_version(self, spec: PipelineSpec) -> str:
+        if spec.name not in self.versions:
+            self.versions[spec.name] = self.config.config_version(spec)
+        return self.versions[spec.name]
 
 
 class Router:
@@ -152,21 +118,32 @@ class Router:
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
         self._memo: dict[str, tuple[float, CacheEntry]] = {}
+        self._config_files: list[str] | None = None
+        self._pipelines_mtime = -1
+        self._latency: LatencyModel | None = None
+        self._flushes = 0
 
     # ------------------------------------------------------------------ config (hot reload)
-    def _stamp(self) -> tuple[tuple[str, int], ...]:
-        files = [
-            self.config_dir / "experts.yaml",
-            self.config_dir / "priors.yaml",
-            self.config_dir / "classifier.yaml",  # absent: -1, and the engine's default rules apply
-            *sorted((self.config_dir / "pipelines").glob("*.yaml")),
-        ]
+    def _stamp(self) -> tuple[tuple[str, int, int], ...]:
+        """(file, mtime, size) of every config file: one ``stat`` each per request (~2 µs). The list
+        of pipeline files is read again only when the pipelines folder's own mtime moves (a file
+        added, removed or renamed over, as editors save)."""
+        pipelines = os.path.join(self.config_dir, "pipelines")
+        try:
+            dir_mtime = os.stat(pipelines).st_mtime_ns
+        except OSError:
+            dir_mtime = -1
+        if self._config_files is None or dir_mtime != self._pipelines_mtime:
+            found = sorted(str(f) for f in Path(pipelines).glob("*.yaml"))
+            self._config_files = [str(self.config_dir / n) for n in CONFIG_FILES] + found
+            self._pipelines_mtime = dir_mtime
         out = []
-        for f in files:
+        for f in self._config_files:
             try:
-                out.append((f.name, f.stat().st_mtime_ns))
+                st = os.stat(f)
+                out.append((f, st.st_mtime_ns, st.st_size))
             except OSError:
-                out.append((f.name, -1))
+                out.append((f, -1, -1))
         return tuple(out)
 
     def config(self) -> ConfigSet:
@@ -213,6 +190,16 @@ class Router:
     def expert(self, name: str) -> Expert:
         return self.pool.get(name)
 
+    @property
+    def latency(self) -> LatencyModel:
+        """Recent expert latencies of this router's store and arm (shared by the routers of a process)."""
+        if self._latency is None or self._latency.arm != self.arm:
+            self._latency = LatencyModel.shared(self.store, self.arm)
+        return self._latency
+
+    def latency_p95(self, expert: str) -> float | None:
+        return self.latency.p95(expert)
+
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
         """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
         try:
@@ -247,13 +234,16 @@ class Router:
 
     # ------------------------------------------------------------------ the API
     async def run(self, pipeline: str | Path, request: Request | dict[str, Any]) -> RunResult:
+        # one config version for the whole run, sub-pipelines included. Loaded before the clock
+        # starts: a (re)load happens once per config version, at start-up or after an edit, and
+        # costs ~0.5 s (YAML, schemas, adapter imports); budget.latency_ms bounds the question's work
+        loaded = self._current()
         created_at = datetime.now(UTC).isoformat(timespec="milliseconds")
         started = self.clock()
-        loaded = self._current()  # one config version for the whole run, sub-pipelines included
         cfg = loaded.config
         spec = self._resolve(cfg, pipeline)
         await self.pool.close_retired()
-        version = cfg.config_version(spec)
+        version = loaded.config_version(spec)
         try:
             req = parse_request(request.to_dict() if isinstance(request, Request) else request)
             if isinstance(request, Request):
@@ -281,6 +271,7 @@ class Router:
 
     def _finish(self, state: RunState) -> RunResult:
         assert state.receipt is not None
+        self._note_tail(state)
         response: dict[str, Any] = {"items": [it.to_dict() for it in state.fused]}
         if state.request.mode == "separate":
             response["separate"] = state.separate
@@ -291,6 +282,19 @@ class Router:
         response["receipt"] = state.receipt
         self._queue_after(state, response)
         return RunResult(response, state.error)
+
+    def _note_tail(self, state: RunState) -> None:
+        """What followed the experts' deadline in this request, for the next budgets' reserve
+        (engine.deadlines): the fan-out's end to the signed receipt, plus how late the fan-out
+        ended past the deadline it was given (a loaded machine fires timers late)."""
+        if state.fanout_end is None:
+            return
+        tail = (self.clock() - state.fanout_end) * 1000
+        budget = state.request.budget.latency_ms
+        if budget is not None and state.reserve_ms is not None:
+            deadline_at = state.started + (budget - state.reserve_ms) / 1000
+            tail += max(0.0, (state.fanout_end - deadline_at) * 1000)
+        self.latency.observe(TAIL, tail, "ok")
 
     def _receipted_failure(
         self,
@@ -336,15 +340,19 @@ class Router:
         self._note_version(state)
         receipt = state.receipt or {}
         c = state.classification
+        question_hash = str(receipt.get("request_hash") or state.request.hash())
         for name, o in sorted(state.outcomes.items()):
+            self.latency.observe(o.expert, o.latency_ms, o.status)
+            if o.status == "skipped":  # not called (engine.deadlines): no call to record
+                continue
             self._after.append(
                 BenchmarkEvent(
-                    event_id=f"{receipt.get('receipt_id')}:{name}",
+                    event_id=f"{receipt.get('receipt_id')}:{name}",  # name: the expert, or a lane's key
                     run_id=str(receipt.get("receipt_id")),
-                    expert_id=name,
+                    expert_id=o.expert,
                     arm=self.arm,
                     task_class=c.klass if c else None,
-                    question_hash=state.request.hash(),
+                    question_hash=question_hash,
                     latency_ms=round(o.latency_ms, 3),
                     result_count=len(o.items),
                     precision_class=o.precision_class,
@@ -387,6 +395,12 @@ class Router:
         the spool (``engine doctor`` says how to repair)."""
         with self._after_lock:
             pending, self._after = self._after, []
+        self._flushes += 1
+        self.latency.update()  # this process's own calls, noted as the answers went out
+        if self._flushes in SETTLE_AT:
+            heap.settle()
+        elif self._flushes % TRIM_EVERY == 0:
+            heap.trim()
         try:
             self.store.record_events(e for e in pending if isinstance(e, BenchmarkEvent))
             for entry in pending:
@@ -396,6 +410,10 @@ class Router:
                     self.store.put_config_snapshot(entry.snapshot())
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
+                # recent latencies of every process on this store, read in a daemon thread; a
+                # one-shot `engine run` flushes once and exits, so it never starts one
+                if self._flushes > 1:
+                    self.latency.refresh_soon()
         except StoreError as exc:
             log.warning("store: %s", exc.message)
 

@@ -38,7 +38,7 @@ async def run_graph(pg: PipelineGraph, state: RunState, load: GraphLoader) -> No
         skipped.update(n for n in named if n in pg.nodes and not pg.nodes[n].finalizer)
 
     async def run_node(node_id: str) -> None:
-        preds = list(pg.graph.predecessors(node_id))
+        preds = pg.predecessors[node_id]
         for p in preds:
             await done[p].wait()
         node = pg.nodes[node_id]

@@ -22,10 +22,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from .secrets import SecretsPolicy
+from .secrets import NotJudged, SecretsPolicy
 from .types import Evidence, Project
 from .workspace import PRIVATE_DIRS, contained
 
@@ -48,23 +48,41 @@ def screen(
     *,
     adapter: str = "",
     data_dir: Path | None = None,
+    cached_only: bool = False,
+    memo: dict[tuple[str, str], str | None] | None = None,
 ) -> Screened:
-    """Drop, redact and count; see the module docstring. Pure apart from reading the files judged."""
+    """Drop, redact and count; see the module docstring. Pure apart from reading the files judged.
+
+    ``memo`` keeps each file's verdict for the rest of a request (its experts return the same
+    files): pass one dict per request. ``cached_only`` is for the event loop: it screens a
+    :data:`TRUSTED_CONTENT` adapter's file items whose verdicts are cached (the usual case, ~10 µs
+    a file) and raises at the first item that would need a content scan, which the caller then
+    runs in a worker thread (a thread hop costs milliseconds on a busy machine, more than this).
+
+    Raises:
+        NotJudged: with ``cached_only``, at the first item that needs a content scan.
+    """
     by_name = {p.name: p for p in projects}
     out = Screened()
     scan_text = adapter not in TRUSTED_CONTENT
-    reasons: dict[tuple[str, str], str | None] = {}  # an expert returns many regions of one file
+    # an expert returns many regions of one file, and a request's experts the same files
+    reasons: dict[tuple[str, str], str | None] = {} if memo is None else memo
+    dirs: dict[str, str] = {}  # folders' real paths, for this batch
     for e in items:
+        if cached_only and (e.kind == "commit" or scan_text):
+            raise NotJudged(e.path)
         if e.kind == "commit":
             out.items.append(_commit(e, by_name, policy, data_dir, out.counts))
             continue
         project = by_name.get(e.project)
         if project is None and _URL.match(e.path):  # external documentation named by URL
+            if cached_only:
+                raise NotJudged(e.path)
             out.items.append(_redacted(e, policy, out.counts))
             continue
         key = (e.project, e.path)
         if key not in reasons:
-            reasons[key] = _file_reason(project, e.path, policy, data_dir)
+            reasons[key] = _file_reason(project, e.path, policy, data_dir, cached_only, dirs)
         reason = reasons[key]
         if reason is None and scan_text and policy.findings(e.content, e.path):
             reason = "secret"
@@ -75,16 +93,23 @@ def screen(
     return out
 
 
-def _file_reason(project: Project | None, rel: str, policy: SecretsPolicy, data_dir: Path | None) -> str | None:
+def _file_reason(
+    project: Project | None,
+    rel: str,
+    policy: SecretsPolicy,
+    data_dir: Path | None,
+    cached_only: bool = False,
+    dirs: dict[str, str] | None = None,
+) -> str | None:
     """Why the file ``rel`` of ``project`` may not be served (``outside-project`` | ``secret``), or None."""
     if project is None or not rel:
         return "outside-project"
-    if any(part in PRIVATE_DIRS for part in PurePosixPath(rel).parts):
+    if any(part in PRIVATE_DIRS for part in rel.split("/")):  # PurePosixPath(rel).parts, without the cost
         return "outside-project"
-    real = contained(project.root, rel)
+    real = contained(project.root, rel, dirs=dirs)
     if real is None or (data_dir is not None and real.is_relative_to(data_dir)):
         return "outside-project"
-    if policy.name_rule(rel) or policy.file_rule(real, rel):
+    if policy.name_rule(rel) or policy.file_rule(real, rel, cached_only=cached_only):
         return "secret"
     return None
 

@@ -90,6 +90,7 @@ REDACTED = "[REDACTED]"
 FREE_TEXT_AS = ("text.py", "text.yaml")
 MAX_SCAN_BYTES = 2_000_000  # larger files are never indexed or returned (workspace.MAX_FILE_BYTES)
 _CACHE_VERSION = 1
+_NAMES_MEMO = 100_000
 
 
 def _globs_regex(globs: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -108,6 +109,10 @@ def _compile_patterns(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
     return tuple(out)
 
 
+class NotJudged(Exception):
+    """A file has no cached verdict (asked with ``cached_only``): judging it means a content scan."""
+
+
 class SecretsPolicy:
     """Name rules, content detection, verdict cache and redaction for one workspace + config."""
 
@@ -124,19 +129,27 @@ class SecretsPolicy:
         digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:12]
         self.cache_file = cache_dir / f"verdicts-{digest}.json" if cache_dir is not None else None
         self._verdicts: dict[str, tuple[int, int, str | None]] = {}
+        self._names: dict[str, str | None] = {}
         self._loaded = False
         self._dirty = False
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ names
     def name_rule(self, rel: str) -> str | None:
-        """The name rule withholding project-relative ``rel``, or None (one compiled regex per kind)."""
+        """The name rule withholding project-relative ``rel``, or None (one compiled regex per kind).
+        Answers are remembered: a name's verdict never changes, and every served item asks."""
+        if rel in self._names:
+            return self._names[rel]
         path = PurePosixPath(rel.replace("\\", "/"))
+        rule = None
         for rx, target in ((self._name_rx, path.name), (self._path_rx, path.as_posix())):
             m = rx.match(target.lower()) if rx is not None else None
             if m is not None and m.lastgroup is not None:
-                return f"name:{self._glob_of[m.lastgroup]}"
-        return None
+                rule = f"name:{self._glob_of[m.lastgroup]}"
+                break
+        if len(self._names) < _NAMES_MEMO:
+            self._names[rel] = rule
+        return rule
 
     # ------------------------------------------------------------------ content
     def findings(self, text: str, filename: str = "") -> list[Finding]:
@@ -199,8 +212,13 @@ class SecretsPolicy:
             ]
         )
 
-    def file_rule(self, full: Path, rel: str, data: bytes | None = None) -> str | None:
-        """Why the file at ``full`` (shown as ``rel``) is withheld, or None. Cached by (path, size, mtime)."""
+    def file_rule(self, full: Path, rel: str, data: bytes | None = None, *, cached_only: bool = False) -> str | None:
+        """Why the file at ``full`` (shown as ``rel``) is withheld, or None. Cached by (path, size, mtime).
+
+        Raises:
+            NotJudged: with ``cached_only``, when the verdict would need a content scan (the caller
+                then scans off the event loop).
+        """
         rule = self.name_rule(rel) or self.name_rule(full.name)
         if rule:
             return rule
@@ -214,6 +232,8 @@ class SecretsPolicy:
             hit = self._verdicts.get(key)
         if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             return hit[2]
+        if cached_only:
+            raise NotJudged(key)
         if data is None:
             try:
                 with open(full, "rb") as fh:

@@ -285,6 +285,11 @@ def _pipeline(raw: Mapping[str, Any], file: Path) -> PipelineSpec:
     )
 
 
+#: the files of a config folder besides ``pipelines/*.yaml`` (what `engine diff` compares and a
+#: running Router watches)
+CONFIG_FILES = ("experts.yaml", "priors.yaml", "classifier.yaml")
+
+
 def load_config(root: Path) -> ConfigSet:
     """Load experts.yaml, priors.yaml and every pipelines/*.yaml under ``root``."""
     root = root.resolve()

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 INTENTS = ("conceptual", "identifier", "typed-symbol", "cross-repo-impact", "docs", "history", "unknown")
 CLASSES = INTENTS[:-1]  # "unknown" is an intent a caller may give, never a class we route to
 ITEM_KINDS = ("file", "chunk", "symbol", "commit", "doc")
@@ -59,6 +61,31 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+#: orjson hands everything that is not a plain JSON type back (and then raises): json decides those
+_ORJSON_CANONICAL = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """``canonical_json(value).encode()``, made by orjson (~10x faster: the receipt is signed, hashed
+    and spooled on the hot path).
+
+    Byte-equal for *portable* values (:func:`engine.receipts.portable`: finite floats that print
+    without an exponent below 1e-4, which is where orjson and json differ: ``1e-07`` vs ``1e-7``).
+    orjson sorts keys by their UTF-8 bytes, which is code-point order, as ``sort_keys`` does. What
+    orjson refuses (keys that are not strings, ints past 64 bits, subclasses of basic types) goes
+    through :func:`canonical_json`. ``tests/test_canonical.py`` checks the equality.
+    """
+    try:
+        return orjson.dumps(value, option=_ORJSON_CANONICAL)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return canonical_json(value).encode("utf-8")
+
+
 def sha256_hex(text: str | bytes) -> str:
     data = text.encode("utf-8") if isinstance(text, str) else text
     return hashlib.sha256(data).hexdigest()
@@ -72,7 +99,9 @@ class Scope:
     language: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # by hand, not dataclasses.asdict (which deep-copies): called several times per request
+        fields = (("project", self.project), ("group", self.group), ("path", self.path), ("language", self.language))
+        return {k: v for k, v in fields if v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +112,13 @@ class Budget:
     allow_llm: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        fields = (
+            ("latency_ms", self.latency_ms),
+            ("max_experts", self.max_experts),
+            ("min_precision_class", self.min_precision_class),
+            ("allow_llm", self.allow_llm),
+        )
+        return {k: v for k, v in fields if v is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +144,10 @@ class Request:
         }
         if self.intent:
             out["intent"] = self.intent
-        if self.scope.to_dict():
-            out["scope"] = self.scope.to_dict()
-        if self.budget.to_dict():
-            out["budget"] = self.budget.to_dict()
+        if scope := self.scope.to_dict():
+            out["scope"] = scope
+        if budget := self.budget.to_dict():
+            out["budget"] = budget
         if self.session_id:
             out["session_id"] = self.session_id
         return out
@@ -165,7 +200,8 @@ class Classification:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """What every expert is given. ``limit`` is already the per-expert over-fetch."""
+    """What every expert is given. ``limit`` is already the per-expert over-fetch; ``heads`` is
+    each git project's HEAD as this request read it (once, for every expert's freshness)."""
 
     question: str
     klass: str
@@ -173,6 +209,7 @@ class Query:
     scope: Scope
     projects: tuple[Project, ...]
     limit: int
+    heads: Mapping[str, str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +248,7 @@ class ExpertOutcome:
     error: str | None = None
     freshness: dict[str, Any] | None = None
     withheld: dict[str, int] = field(default_factory=dict)  # items dropped/redacted by engine.screen
+    deadline: dict[str, Any] | None = None  # planned and actual deadline (engine.deadlines)
 
     def to_receipt(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -221,7 +259,10 @@ class ExpertOutcome:
         }
         if self.error_class:
             out["error_class"] = self.error_class
+        if self.error_class or self.error:
             out["error"] = (self.error or "")[:500]
+        if self.deadline is not None:
+            out["deadline"] = self.deadline
         if self.freshness is not None:
             out["freshness"] = self.freshness
         if self.withheld:

@@ -15,6 +15,7 @@ import shutil
 import sys
 import sysconfig
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from .errors import ExpertUnavailable, InvalidRequest
@@ -69,6 +70,12 @@ def language_of(path: str) -> str | None:
     return _EXT_TO_LANG.get(PurePosixPath(path).suffix.lower())
 
 
+#: fusion asks these of every candidate place of every request (~55 per request): a path's answer
+#: never changes, and PurePosixPath costs ~10 µs, so answers are remembered
+_PATH_CACHE = 8192
+
+
+@lru_cache(maxsize=_PATH_CACHE)
 def is_doc_file(path: str) -> bool:
     p = PurePosixPath(path)
     return language_of(path) in DOC_LANGUAGES or p.suffix.lower() == ".txt" or p.parts[:1] == ("docs",)
@@ -79,6 +86,7 @@ _TEST_RE = re.compile(
 )
 
 
+@lru_cache(maxsize=_PATH_CACHE)
 def is_test_file(path: str) -> bool:
     return bool(_TEST_RE.search(path))
 
@@ -218,15 +226,26 @@ def in_scope(path: str, scope: Scope) -> bool:
     return True
 
 
-def contained(root: Path, rel: str) -> Path | None:
+def contained(root: Path, rel: str, *, dirs: dict[str, str] | None = None) -> Path | None:
     """The real path of ``rel`` under ``root`` (symlinks resolved), or None when it lands outside ``root``.
 
     The one containment check: a symlink to a file or folder outside the project, ``..`` or an
     absolute path all resolve outside and are refused, whatever the path text looks like.
+    ``dirs`` remembers folders' real paths for a batch of checks (the screen of one request):
+    ``realpath(dir/name) == realpath(realpath(dir)/name)``, so only the file's own name is
+    resolved again.
     """
-    base = Path(os.path.realpath(root))
-    full = Path(os.path.realpath(base / rel))
-    return full if full == base or full.is_relative_to(base) else None
+    # strings, not pathlib: every item of every expert passes here (engine.screen)
+    if dirs is None:
+        base = os.path.realpath(root)
+        full = os.path.realpath(os.path.join(base, rel))
+    else:
+        base = dirs.get(str(root)) or dirs.setdefault(str(root), os.path.realpath(root))
+        parent, name = os.path.split(os.path.join(base, rel))
+        real_parent = dirs.get(parent) or dirs.setdefault(parent, os.path.realpath(parent))
+        full = os.path.realpath(os.path.join(real_parent, name))
+    inside = full == base or full.startswith(base if base.endswith(os.sep) else base + os.sep)
+    return Path(full) if inside else None
 
 
 def safe_join(project: Project, rel: str) -> Path | None:

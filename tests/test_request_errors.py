@@ -95,7 +95,7 @@ def test_doctor_names_folders_not_served_and_warns_on_stale_indexes(workspace_di
         ).stdout
     )
     stale = next(c for c in checks if c["check"] == "expert bm25")
-    assert stale["ok"] and stale["warn"] and stale["freshness"]["projects"]["alpha"]["stale"]
+    assert stale["ok"] and stale["warn"] and "alpha" in stale["freshness"]["stale"]
 
 
 async def _status(app: BearerAuth, header: bytes | None) -> int:

@@ -113,6 +113,7 @@ def build_metrics(run: EvalRun, created_at: str) -> dict[str, Any]:
         "warmup": run.options.warmup,
         "intent_from_class": run.options.intent_from_class,
         "request_limit": run.request_limit,
+        "budget_ms": run.options.budget_ms,
         "arms": arms,
         "timing": run.timing,
         "snapshots": run.snapshots,
@@ -191,7 +192,8 @@ def markdown(metrics: dict[str, Any]) -> str:
             else []
         ),
         f"- classes from: {s['classes_from']}; items asked per question: {metrics.get('request_limit')}; "
-        "latency is end to end per query, cache off"
+        + (f"budget.latency_ms {metrics['budget_ms']}; " if metrics.get("budget_ms") else "")
+        + "latency is end to end per query, cache off"
         + (", after one untimed warm-up question per snapshot and arm" if metrics.get("warmup") else ""),
         "",
         "## Overall",

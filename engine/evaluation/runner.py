@@ -57,6 +57,7 @@ class EvalOptions:
     workspace: Sequence[Path] | None = None  # search this live workspace; qrels name project/path
     request_limit: int | None = None  # items asked per question (default: enough for K distinct files)
     drop_unreturnable: bool = False  # --workspace: drop gold ids the engine cannot return instead of failing
+    budget_ms: int | None = None  # budget.latency_ms of every question (the budget sweep of benchmarks/latency.py)
 
 
 class Target(Protocol):
@@ -200,6 +201,8 @@ async def run_router_arm(
             router.arm = arm.name
         for q in queries:
             request: dict[str, Any] = {"question": q.text, "no_cache": True, "limit": limit}
+            if opts.budget_ms is not None:
+                request["budget"] = {"latency_ms": opts.budget_ms}
             if opts.intent_from_class and q.gold_class:
                 request["intent"] = q.gold_class
             started = time.perf_counter()

@@ -15,7 +15,13 @@ An expert is one search tool behind one small protocol, shaped like an httpx tra
   (indexed sha vs HEAD, files pending) for the receipt; ``None`` for live experts.
 * ``async aclose()`` releases processes and sessions.
 
-Deadlines are enforced by the caller (``anyio.fail_after``); experts that spawn processes use
+Deadlines are enforced by the caller (``anyio.fail_after``, per-expert deadlines from
+:mod:`engine.deadlines`). An expert whose tool can hand back what it has so far declares
+``partial_results = True`` and overrides ``search_partial(query, plan, found)``: it registers on
+``found`` (a :class:`Found`, one per call) how to rank what it has found so far, and when the
+deadline cuts the search the fan-out answers with ``found.collect()``, each item flagged
+``partial`` and the expert's status ``partial``. The fan-out always calls ``search_partial``;
+its default is ``search``. Experts that spawn processes use
 :func:`run_process`, which kills the whole process tree — ``setsid`` children included
 (:mod:`engine.proctree`) — when cancelled, and sweeps any descendant left when the process exits.
 
@@ -28,8 +34,9 @@ names:
 * capabilities: ``reads_history`` (searches version-control history; the gate runs it only with
   a git repository in scope), ``local_files`` (reads the workspace's files on this machine),
   ``live`` (sees files as they are now), ``needs_index`` (answers from an index ``engine index``
-  builds). An index-backed adapter subclasses :class:`~engine.experts.indexed.IndexedExpert`,
-  which sets ``needs_index`` and adds ``indexer()`` and ``accepts(file)``.
+  builds), ``partial_results`` (answers with what it found so far when its deadline comes). An
+  index-backed adapter subclasses :class:`~engine.experts.indexed.IndexedExpert`, which sets
+  ``needs_index`` and adds ``indexer()`` and ``accepts(file)``.
 
 An expert's default ``freshness`` (experts.yaml) follows from these: ``index`` when it needs an
 index, ``live`` when it is live, ``unknown`` otherwise.
@@ -38,11 +45,12 @@ index, ``live`` when it is live, ``unknown`` otherwise.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sqlite3
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -86,6 +94,30 @@ def settings(properties: Mapping[str, Any], *, required: Sequence[str] = ()) -> 
 
 
 POSITIVE_INT: Mapping[str, Any] = {"type": "integer", "minimum": 1}
+#: the flag on items an expert handed back when its deadline cut the search
+PARTIAL = "partial"
+
+
+class Found:
+    """What an expert with ``partial_results`` has found so far in one call: the expert registers
+    how to rank it (:meth:`keep`), the fan-out asks for it when the deadline cuts the search."""
+
+    __slots__ = ("_snapshot",)
+
+    def __init__(self) -> None:
+        self._snapshot: Callable[[], list[Evidence]] | None = None
+
+    def keep(self, snapshot: Callable[[], list[Evidence]]) -> None:
+        """Register the function that ranks what this call has found so far (pure, cheap to call)."""
+        self._snapshot = snapshot
+
+    def collect(self) -> list[Evidence]:
+        """The expert's ranked items so far, each flagged ``partial`` (empty when nothing was kept)."""
+        if self._snapshot is None:
+            return []
+        return [
+            e if PARTIAL in e.flags else dataclasses.replace(e, flags=(*e.flags, PARTIAL)) for e in self._snapshot()
+        ]
 
 
 class Expert(ABC):
@@ -97,6 +129,7 @@ class Expert(ABC):
     local_files: ClassVar[bool] = True
     live: ClassVar[bool] = True
     needs_index: ClassVar[bool] = False
+    partial_results: ClassVar[bool] = False
 
     @classmethod
     def default_freshness(cls) -> str:
@@ -110,6 +143,7 @@ class Expert(ABC):
             "live": cls.live,
             "reads local files": cls.local_files,
             "reads history": cls.reads_history,
+            "partial results at the deadline": cls.partial_results,
         }
         return tuple(name for name, on in flags.items() if on)
 
@@ -126,6 +160,11 @@ class Expert(ABC):
     @abstractmethod
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         """Run ``plan``; return the expert's own ranked list, best first."""
+
+    async def search_partial(self, query: Query, plan: dict[str, Any], found: Found) -> list[Evidence]:
+        """:meth:`search`, keeping what has been found so far in ``found`` for when the deadline
+        cuts it. Experts declaring ``partial_results`` override this; the default just searches."""
+        return await self.search(query, plan)
 
     def freshness(self, query: Query) -> dict[str, Any] | None:
         return None
@@ -192,6 +231,7 @@ async def run_process(
     env: dict[str, str] | None = None,
     max_output: int = 50_000_000,
     sweep_on_exit: bool = True,
+    on_stdout: Callable[[bytes], bool | None] | None = None,
 ) -> ProcessResult:
     """Run argv (never a shell) in its own session, its environment tagged (:mod:`engine.proctree`).
 
@@ -203,6 +243,11 @@ async def run_process(
 
     Raises ExpertUnavailable when the binary is missing and ExpertFailed on an exit code not in
     ``ok_codes`` (with the tail of stderr).
+
+    ``on_stdout`` receives stdout chunk by chunk as it arrives instead of buffering it (the
+    result's ``stdout`` is then empty), so a caller can parse as the tool streams and answer with
+    what it has when the deadline comes; it returns True to stop early (the tree is killed and the
+    exit status ignored: the caller has all it wants).
     """
     tag = proctree.new_tag()
     try:
@@ -214,15 +259,28 @@ async def run_process(
     except PermissionError as exc:
         raise ExpertUnavailable(f"cannot execute {argv[0]}: {exc}", expert=expert) from exc
     out, err = bytearray(), bytearray()
+    stopped = False
 
     async def pump(stream: Any, buf: bytearray) -> None:
         async for chunk in stream:
             if len(buf) < max_output:
                 buf.extend(chunk)
 
+    async def stream_out(stream: Any) -> None:
+        nonlocal stopped
+        assert on_stdout is not None
+        async for chunk in stream:
+            if on_stdout(chunk):
+                stopped = True
+                proctree.kill_group(proc.pid)  # the sweep, if any, follows the exit as usual
+                return
+
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(pump, proc.stdout, out)
+            if on_stdout is None:
+                tg.start_soon(pump, proc.stdout, out)
+            else:
+                tg.start_soon(stream_out, proc.stdout)
             tg.start_soon(pump, proc.stderr, err)
             await proc.wait()
             if sweep_on_exit:  # a descendant it left (which may hold our pipes open) goes now
@@ -231,7 +289,7 @@ async def run_process(
         with anyio.CancelScope(shield=True):
             await _kill_tree(proc, tag)
         raise
-    if proc.returncode not in ok_codes:
+    if proc.returncode not in ok_codes and not stopped:
         tail = bytes(err[-600:]).decode("utf-8", "replace").strip()
         raise ExpertFailed(
             f"{Path(argv[0]).name} exited {proc.returncode}: {tail}", expert=expert, returncode=proc.returncode

@@ -62,4 +62,4 @@ class IndexedExpert(Expert):
             return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
 
     def freshness(self, query: Query) -> dict[str, Any] | None:
-        return freshness(self.manifest_path, query.projects)
+        return freshness(self.manifest_path, query.projects, query.heads)

@@ -13,8 +13,8 @@ load: a ``fuse`` node needs a ``score`` upstream). Payloads are typed and frozen
 node :class:`~engine.items.AnswerItem` s.
 
 **The runtime.** What a node may ask of the runtime that runs it is :class:`Services` and
-nothing else: an expert instance, the answer cache, the clock, and the one call that signs and
-stores a receipt. Nodes never call back into the runtime or the scheduler to run more of the
+nothing else: an expert instance and its recent latency, the answer cache, the clock, and the
+one call that signs and stores a receipt. Nodes never call back into the runtime or the scheduler to run more of the
 graph; they *return* a directive and the scheduler acts on it, so control flows one way
 (runtime → scheduler → nodes → experts/store → spec/types).
 
@@ -54,6 +54,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..errors import EngineError, GraphError
 from ..experts.base import Expert
+from ..index.build import Heads
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
 from ..spec import ConfigSet, NodeSpec, PipelineSpec
 from ..types import Classification, ExpertOutcome, Query, Request
@@ -69,6 +70,11 @@ class Services(Protocol):
 
     def expert(self, name: str) -> Expert:
         """The ready instance of an expert of experts.yaml (sessions are reused across runs)."""
+        ...
+
+    def latency_p95(self, expert: str) -> float | None:
+        """The expert's recent p95 latency in ms (None without enough history); a dict lookup,
+        kept fresh off the hot path (:class:`engine.deadlines.LatencyModel`)."""
         ...
 
     def cache_key(self, request: Request, config_version: str) -> str:
@@ -151,6 +157,10 @@ class RunState:
     fusion_info: dict[str, Any] = field(default_factory=dict)
     confidence: Confidence | None = None
     cache: dict[str, Any] = field(default_factory=lambda: {"hit": False, "key": None})
+    heads: Heads | None = None  # git HEAD per project in scope, read once when first needed
+    file_verdicts: dict[tuple[str, str], str | None] = field(default_factory=dict)  # engine.screen memo
+    reserve_ms: float | None = None  # with a budget: what the fan-out kept for after its deadline
+    fanout_end: float | None = None  # clock() when the (last) fan-out ended
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)  # branch decisions, sub-query plans

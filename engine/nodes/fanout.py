@@ -1,8 +1,14 @@
 """fanout: run the selected experts concurrently, each under its own deadline (DESIGN §6.3).
 
-Each expert gets ``min(timeout_ms, time left in budget.latency_ms)``; a slow expert never
-blocks a fast one, and every failure becomes a classified :class:`~engine.types.ExpertOutcome`
-(timeout · unavailable · internal · malformed · unconfigured) with zero items. No silent retry.
+Each expert's deadline is planned from its recent p95 (an expert that is not one of the request's
+leads, from the leads' p95) and capped by its ``timeout_ms`` and by what is left of
+``budget.latency_ms`` (:mod:`engine.deadlines`; the receipt's ``per_expert.<e>.deadline`` has
+both). A slow expert never blocks a fast one, and every failure becomes a classified
+:class:`~engine.types.ExpertOutcome` (timeout · unavailable · internal · malformed · unconfigured
+· skipped) with zero items. No silent retry. An expert that can hand back what it has
+(``partial_results``) answers at its deadline with that: status ``partial``, items flagged
+``partial``. With a budget, an expert whose p95 is far over what is left is not started
+(``skipped``): it would only time out, and take CPU from those that can make it.
 
 ``settings.experts`` limits a fan-out node to some experts, so a pipeline can run two fan-outs
 side by side (their outcomes merge; each expert runs in exactly one of them).
@@ -18,23 +24,21 @@ outcome never depends on timing) and reported ``skipped`` (``error_class: early_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 import anyio
 
+from ..deadlines import BUDGET_TAIL_MS, TAIL, Deadline, lead_p95, plan, reserve
 from ..errors import ExpertError, ExpertTimeout, ExpertUnconfigured
-from ..experts.base import expert_errors
-from ..screen import screen
-from ..secrets import policy_for
+from ..experts.base import Expert, Found, expert_errors
+from ..index.build import Heads
+from ..screen import TRUSTED_CONTENT, Screened, screen
+from ..secrets import NotJudged, policy_for
 from ..spec import ConfigSet, PipelineSpec
-from ..types import ExpertOutcome, Query
+from ..types import Evidence, ExpertOutcome, Query
 from .base import Node, RunState, node_kind
 from .early_exit import EarlyExit
-
-#: the part of ``budget.latency_ms`` kept for what follows the fan-out deadline: killing the
-#: late experts' process trees, scoring, fusion, signing and spooling the receipt. Measured by
-#: benchmarks/budget_overrun.py (numbers in docs/security.md): p99 overrun 15 ms at 1,000 ms.
-BUDGET_TAIL_MS = 25.0
 
 
 def build_query(state: RunState) -> Query:
@@ -42,6 +46,8 @@ def build_query(state: RunState) -> Query:
     assert c is not None
     projects = state.workspace.scoped_projects(state.request.scope, dict(state.config.priors.groups))
     fusion = state.config.priors.fusion
+    if state.heads is None:  # once per run: every index-backed expert compares its HEADs with these
+        state.heads = Heads(projects)
     return Query(
         question=state.request.question,
         klass=c.klass,
@@ -49,6 +55,7 @@ def build_query(state: RunState) -> Query:
         scope=state.request.scope,
         projects=projects,
         limit=max(fusion.overfetch, state.request.limit),
+        heads=state.heads,
     )
 
 
@@ -82,6 +89,9 @@ class FanoutNode(Node):
         query = build_query(state)
         exit_rule = EarlyExit.from_settings(self.settings["early_exit"]) if "early_exit" in self.settings else None
         jobs = [(n, n, query) for n in names] + [(lane.key, lane.expert, lane.query) for lane in lanes]
+        leads, slowest_lead = lead_p95(state.selection.experts, state.services.latency_p95)
+        if state.request.budget.latency_ms is not None and state.reserve_ms is None:
+            state.reserve_ms = reserve(state.request.budget.latency_ms, state.services.latency_p95(TAIL))
         scopes = {key: anyio.CancelScope() for key, _, _ in jobs}
         finished: set[str] = set()
         decided = exit_rule is None
@@ -91,7 +101,7 @@ class FanoutNode(Node):
             if scopes[key].cancel_called:
                 return  # the fan-out already ended early: never started
             with scopes[key]:
-                await self._one(state, key, q, expert)
+                await self._one(state, key, q, expert, None if expert in leads else slowest_lead)
             if scopes[key].cancel_called:
                 return
             finished.add(key)
@@ -120,12 +130,15 @@ class FanoutNode(Node):
             if skipped:
                 state.trace.append({"node": self.id, "early_exit": why, "skipped": skipped})
 
-        async with anyio.create_task_group() as tg:
-            for key, expert, q in jobs:
-                tg.start_soon(one, key, expert, q)
+        try:
+            async with anyio.create_task_group() as tg:
+                for key, expert, q in jobs:
+                    tg.start_soon(one, key, expert, q)
+        finally:
+            state.fanout_end = state.services.clock()
         return None
 
-    async def _one(self, state: RunState, key: str, query: Query, name: str) -> None:
+    async def _one(self, state: RunState, key: str, query: Query, name: str, lead_p95_ms: float | None) -> None:
         spec = state.config.experts[name]
         outcome = ExpertOutcome(expert=name, precision_class=spec.precision_class, status="ok", sub_query={})
         state.outcomes[key] = outcome  # registered first, so even a crash leaves a row in the receipt
@@ -135,33 +148,22 @@ class FanoutNode(Node):
             expert = state.services.expert(name)
             with expert_errors(name):
                 outcome.sub_query = expert.plan(query)
-            left = state.deadline_ms()
-            if left is not None:  # the budget is end to end: leave the tail (kill, fuse, sign) its time
-                left -= BUDGET_TAIL_MS
-            timeout_ms = spec.timeout_ms if left is None else max(1.0, min(spec.timeout_ms, left))
-            try:
-                with anyio.fail_after(timeout_ms / 1000):
-                    with expert_errors(name):
-                        items = await expert.search(query, outcome.sub_query)
-                        # containment + secrets policy, for every expert alone (engine/screen.py)
-                        policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
-                        screened = await anyio.to_thread.run_sync(
-                            partial(
-                                screen,
-                                items,
-                                query.projects,
-                                policy,
-                                adapter=spec.adapter,
-                                data_dir=state.workspace.data_dir,
-                            ),
-                            abandon_on_cancel=True,
-                        )
-                        items, outcome.withheld = screened.items, dict(screened.counts)
-                        policy.save_soon()
-            except TimeoutError:
-                raise ExpertTimeout(f"no answer within {timeout_ms:.0f} ms", expert=name) from None
-            with expert_errors(name):
-                outcome.freshness = expert.freshness(query)
+            deadline = plan(
+                spec.timeout_ms,
+                state.services.latency_p95(name),
+                state.deadline_ms(),
+                partial_results=expert.partial_results,
+                lead_p95_ms=lead_p95_ms,
+                reserve_ms=state.reserve_ms if state.reserve_ms is not None else BUDGET_TAIL_MS,
+            )
+            outcome.deadline = deadline.to_receipt()
+            if deadline.skip:
+                outcome.status, outcome.error_class, outcome.error = "skipped", "over_budget", deadline.skip
+                return
+            items = await self._search(state, expert, query, outcome, deadline)
+            if outcome.status == "ok":
+                with expert_errors(name):
+                    outcome.freshness = expert.freshness(query)
             outcome.items = list(items)[: query.limit]
         except ExpertUnconfigured as exc:
             outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message
@@ -170,3 +172,75 @@ class FanoutNode(Node):
             outcome.items = []
         finally:
             outcome.latency_ms = (clock() - started) * 1000
+
+    async def _search(
+        self, state: RunState, expert: Expert, query: Query, outcome: ExpertOutcome, deadline: Deadline
+    ) -> list[Evidence]:
+        """The expert's screened items by its deadline: all of them, or (``partial_results``) what it
+        had found when the deadline came."""
+        name = outcome.expert
+        found = Found()
+        try:
+            with anyio.fail_after(deadline.actual_ms / 1000):
+                with expert_errors(name):
+                    items = await expert.search_partial(query, outcome.sub_query, found)
+                    screened = await _screen(state, expert, items, query)
+        except TimeoutError:
+            items = found.collect() if expert.partial_results else []
+            if not items:
+                raise ExpertTimeout(f"no answer within {deadline.actual_ms:.0f} ms", expert=name) from None
+            # past the deadline: only files already judged are served (a content scan waits for nobody)
+            screened = _screen_judged(state, expert, items, query)
+            outcome.status = "partial"
+            outcome.error = f"deadline {deadline.actual_ms:.0f} ms: answered with what it had found"
+        outcome.withheld = dict(screened.counts)
+        return screened.items
+
+
+def _screen_cached(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened | None:
+    """The screen on the event loop, when it needs no content scan (engine.screen), else None."""
+    if expert.spec.adapter not in TRUSTED_CONTENT:
+        return None
+    policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+    try:
+        return screen(
+            items,
+            query.projects,
+            policy,
+            adapter=expert.spec.adapter,
+            data_dir=state.workspace.data_dir,
+            cached_only=True,
+            memo=state.file_verdicts,
+        )
+    except NotJudged:
+        return None
+
+
+async def _screen(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened:
+    """Containment + secrets policy, for every expert alone (engine/screen.py): on the event loop
+    when every verdict is cached, else in a worker thread (a content scan can take a while)."""
+    screened = _screen_cached(state, expert, items, query)
+    if screened is None:
+        policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+        data_dir, adapter, memo = state.workspace.data_dir, expert.spec.adapter, state.file_verdicts
+        screened = await anyio.to_thread.run_sync(
+            partial(screen, items, query.projects, policy, adapter=adapter, data_dir=data_dir, memo=memo),
+            abandon_on_cancel=True,
+        )
+        policy.save_soon()
+    return screened
+
+
+def _screen_judged(state: RunState, expert: Expert, items: Sequence[Evidence], query: Query) -> Screened:
+    """The screen for partial items, past the deadline: those whose file has no cached verdict, and
+    every item of an adapter whose snippets must be scanned (engine.screen.TRUSTED_CONTENT), are
+    dropped (counted ``unjudged``) instead of scanned."""
+    out = Screened()
+    for e in items:
+        one = _screen_cached(state, expert, [e], query)
+        if one is None:
+            out.counts["unjudged"] += 1
+        else:
+            out.items.extend(one.items)
+            out.counts.update(one.counts)
+    return out

@@ -56,6 +56,11 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "returned": returned_items(state),
         "status": status,
     }
+    if state.reserve_ms is not None:  # kept for after the experts' deadline (engine.deadlines)
+        receipt["budget"]["reserved_ms"] = round(state.reserve_ms, 1)
+    heads = state.heads.read() if state.heads is not None else None
+    if heads is not None:  # stated once; per_expert freshness names only the stale projects
+        receipt["heads"] = dict(sorted(heads.items()))
     if state.confidence is not None:
         receipt["confidence"] = state.confidence.to_dict()
     if state.error is not None:

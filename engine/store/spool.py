@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..datadir import fsync_dir, private_dir
 from ..errors import StoreError
 
@@ -36,7 +38,12 @@ EPHEMERAL = frozenset({"cache"})
 
 
 def encode(table: str, row: dict[str, Any]) -> bytes:
-    return (json.dumps({"table": table, "row": row}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    """One spool line. orjson (the receipt is spooled on the hot path); json for what it refuses
+    (keys that are not strings, ints past 64 bits). Readers parse it, so key order is free."""
+    try:
+        return orjson.dumps({"table": table, "row": row}, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # orjson.JSONEncodeError
+        return (json.dumps({"table": table, "row": row}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
 def parse(data: bytes) -> tuple[list[Record], int]:

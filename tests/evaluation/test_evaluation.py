@@ -135,9 +135,9 @@ def test_eval_stores_one_event_per_expert_call_labelled_by_arm_and_an_experiment
         ).fetchone()[0]
     finally:
         con.close()
-    calls = {
+    calls = {  # a skipped expert (early exit, over budget) was never called: no event
         arm: sum(
-            len(r["expert_latency_ms"])
+            sum(status != "skipped" for status in r["expert_status"].values())
             for r in map(json.loads, (env["out"] / "per_query.jsonl").read_text().splitlines())
             if r["arm"] == arm
         )
