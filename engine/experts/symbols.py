@@ -203,16 +203,12 @@ class SymbolsExpert(IndexedExpert):
     settings_schema = settings({"snippet_lines": {"type": "integer", "minimum": 0}})
     #: grammar languages this expert indexes (None: every supported code language)
     languages: tuple[str, ...] | None = None
-    references = True  # store reference tags (the typed expert resolves usages itself)
-    with_names = False
     _store: SymbolStore | None = None
 
     def indexer(self) -> SymbolIndexer:
         return SymbolIndexer(
             self._dir,
             languages=self.languages,
-            references=self.references,
-            with_names=self.with_names,
             snippet_lines=int(self.settings.get("snippet_lines", 8)),
         )
 
