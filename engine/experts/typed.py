@@ -46,7 +46,7 @@ class TypedExpert(IndexedExpert):
     settings_schema = settings(
         {
             "max_files": POSITIVE_INT,  # references / subclasses come from at most this many files per answer
-            "file_seconds": {"type": "number", "exclusiveMinimum": 0},  # index time: jedi's budget per file
+            "file_seconds": {"type": "number", "exclusiveMinimum": 0},  # index time: jedi's CPU seconds per file
             "recycle_files": POSITIVE_INT,  # index time: a fresh jedi state after this many files (memory)
         }
     )
@@ -60,7 +60,7 @@ class TypedExpert(IndexedExpert):
         return TypedIndexer(
             self._dir,
             self.env.workspace.projects,
-            file_seconds=float(self.settings.get("file_seconds", 10.0)),
+            file_seconds=float(self.settings.get("file_seconds", 30.0)),
             recycle_files=int(self.settings.get("recycle_files", 300)),
         )
 

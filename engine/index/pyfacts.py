@@ -113,7 +113,7 @@ class JediAnalyser:
         *,
         recycle_files: int = 300,
         keep_parses: int = 1000,
-        file_seconds: float = 10.0,
+        file_seconds: float = 30.0,
     ) -> None:
         self.roots = {name: Path(root).resolve() for name, root in roots.items()}
         self.recycle_files, self.keep_parses, self.file_seconds = recycle_files, keep_parses, file_seconds
@@ -179,7 +179,9 @@ class JediAnalyser:
         facts = FileFacts(module)
         scopes: dict[tuple[int, int], str] = {}  # (line, col) of a def/class name → its full name
         base_of: dict[tuple[int, int], tuple[str, str]] = {}  # a base's last name → (class, written)
-        deadline = time.monotonic() + self.file_seconds
+        # CPU seconds, not wall: on a loaded machine a wall budget would cut files short at random
+        deadline = time.thread_time() + self.file_seconds
+        local = _Locals()
         for n in names:
             leaf = n._name.tree_name
             if leaf is None:
@@ -194,9 +196,9 @@ class JediAnalyser:
                     if d.type == "class":
                         base_of.update({pos: (d.full_name, w) for pos, w in _base_names(leaf.parent)})
                 continue
-            if _is_alias_or_keyword(leaf):
-                continue
-            if time.monotonic() > deadline:
+            if _is_alias_or_keyword(leaf) or (not in_import and not _is_attribute(leaf) and local.names(leaf)):
+                continue  # a local resolves to its own assignment: nothing to index, and no goto to pay
+            if time.thread_time() > deadline:
                 facts.complete = False
                 break
             self._resolve(n, leaf, facts, scopes, base_of, lines, "import" if in_import else "reference")
@@ -336,6 +338,51 @@ def _base_names(classdef: Any) -> Iterator[tuple[tuple[int, int], str]]:
         last = arg.get_last_leaf()
         if last.type == "name":
             yield last.start_pos, arg.get_code(include_prefix=False)
+
+
+class _Locals:
+    """The names local to each function around a name (parameters, assignments, nested defs,
+    minus ``global`` / ``nonlocal`` ones and names bound by ``import``, which jedi follows)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, frozenset[str]] = {}
+
+    def names(self, leaf: Any) -> bool:
+        """Is ``leaf`` (a plain name, not an attribute) a local of a function body it is in?"""
+        child, node = leaf, leaf.parent
+        while node is not None:
+            # a default value or an annotation of the parameters belongs to the scope outside
+            if node.type in ("funcdef", "lambdef") and child is node.children[-1]:
+                key = id(node)
+                if key not in self._cache:
+                    self._cache[key] = _local_names(node)
+                if leaf.value in self._cache[key]:
+                    return True
+            child, node = node, node.parent
+        return False
+
+
+def _local_names(scope: Any) -> frozenset[str]:
+    names = {p.name.value for p in scope.get_params()}
+    declared: set[str] = set()
+    stack = [scope.children[-1]]
+    while stack:
+        node = stack.pop()
+        if node.type == "name":
+            if node.is_definition() and node.parent.type != "trailer" and _ancestor(node, _IMPORTS) is None:
+                names.add(node.value)
+        elif node.type in ("funcdef", "classdef"):
+            names.add(node.name.value)  # its body is its own scope
+        elif node.type in ("global_stmt", "nonlocal_stmt"):
+            declared.update(c.value for c in node.children if c.type == "name")
+        elif node.type != "lambdef" and hasattr(node, "children"):
+            stack.extend(node.children)
+    return frozenset(names - declared)
+
+
+def _is_attribute(leaf: Any) -> bool:
+    prev = leaf.get_previous_leaf()
+    return prev is not None and prev.type == "operator" and prev.value == "."
 
 
 def _is_alias_or_keyword(leaf: Any) -> bool:

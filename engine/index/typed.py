@@ -81,7 +81,7 @@ class TypedIndexer:
         directory: Path,
         projects: Sequence[Project],
         *,
-        file_seconds: float = 10.0,
+        file_seconds: float = 30.0,
         recycle_files: int = 300,
     ) -> None:
         self.dir = directory

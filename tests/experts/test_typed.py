@@ -212,3 +212,57 @@ def test_typed_is_indexed_after_the_fast_indexes(typedws: Path, config_dir: Path
     services.write_text(services.read_text() + "\n")
     reports = index(typedws, config_dir, "typed", "symbols", "bm25")
     assert list(reports) == ["bm25", "symbols", "typed"]
+
+
+def test_locals_are_skipped_but_names_a_function_imports_are_followed(typedws: Path, config_dir: Path) -> None:
+    (typedws / "shop" / "shop" / "late.py").write_text(
+        "def make(total=None):\n    from shop.models import Order\n    total = Order()\n    return total.total()\n"
+    )
+    index(typedws, config_dir, "typed")
+    _, items = ask_expert(config_dir, typedws, "typed", "who references shop.models.Order")
+    late = {(e.start_line, e.meta["kind"]) for e in items if e.path == "shop/late.py"}
+    assert late == {(2, "import"), (3, "reference")}
+    _, items = ask_expert(config_dir, typedws, "typed", "who calls shop.models.Order.total")
+    assert ("shop/late.py", 4, "shop.late.make") in {(e.path, e.start_line, e.symbol) for e in items}
+
+
+def test_a_jedi_crash_costs_one_file_not_the_index_run(
+    typedws: Path, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.index.files import SourceFile
+    from engine.index.pyfacts import JediAnalyser
+    from engine.index.typed import TypedIndexer, stats
+    from engine.workspace import Workspace
+
+    real = JediAnalyser.analyse
+
+    def flaky(self: JediAnalyser, project: str, path: str, code: str) -> object:
+        if path == "shop/services.py":
+            raise RecursionError("jedi gave up")
+        return real(self, project, path, code)
+
+    monkeypatch.setattr(JediAnalyser, "analyse", flaky)
+    ws = Workspace.open([typedws])
+    directory = ws.data_dir / "index" / "typed"
+    before = stats(directory)
+    indexer = TypedIndexer(directory, ws.projects)
+    indexer.open()
+    try:
+        files = []
+        for path in ("shop/services.py", "shop/special.py"):
+            data = (typedws / "shop" / path).read_bytes()
+            files.append((SourceFile("shop", path, len(data), 0, ""), data))
+        indexer.add(files)
+        indexer.commit()
+        assert indexer.failed == 1
+    finally:
+        indexer.close()
+    after = stats(directory)
+    assert after["files"] == before["files"]  # services.py is still listed (as incomplete), special.py re-done
+    assert after["refs"] < before["refs"]  # services.py's references are gone until jedi manages it
+    import sqlite3
+
+    conn = sqlite3.connect(directory / "typed.sqlite3")
+    complete = dict(conn.execute("SELECT path, complete FROM files WHERE project='shop'").fetchall())
+    conn.close()
+    assert (complete["shop/services.py"], complete["shop/special.py"]) == (0, 1)
