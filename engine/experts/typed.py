@@ -33,11 +33,13 @@ from ..types import Evidence, Query
 from ..workspace import in_scope
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
-from .symbols import definition_score, symbol_plan
+from .symbols import definition_score, symbol_item, symbol_plan
 
 #: a file's k-th reference scores ``1 - k * FILE_DECAY`` (floored): breadth across files first
 FILE_DECAY = 0.05
 IMPORT_SCORE = 0.9
+STATEMENT_FACTOR = 0.95  # ``name = …`` at module or class level, below a ``def`` / ``class`` of that name
+STUB_FACTOR = 0.9  # a ``.pyi`` declaration, below the source that implements it
 SUBCLASS_DEPTH = 2
 
 
@@ -112,11 +114,15 @@ class TypedExpert(IndexedExpert):
 
     @staticmethod
     def _definitions(store: TypedStore, plan: dict[str, Any]) -> list[tuple[float, DefRow]]:
+        """Definitions of the asked names, scored; among equals a class or function outranks an
+        attribute or constant, and source outranks a ``.pyi`` stub that only declares it."""
         names, guessed = plan["names"], plan["guessed"]
         scored = []
         for d in store.definitions(names, plan["projects"]):
             s = 1.0 if d.full_name in names else max(definition_score(n, d.qname, d.path, guessed) for n in names)
             if s > 0:
+                s *= STATEMENT_FACTOR if d.type == "statement" else 1.0
+                s *= STUB_FACTOR if d.path.endswith(".pyi") else 1.0
                 scored.append((s, d))
         return scored
 
@@ -176,31 +182,12 @@ class TypedExpert(IndexedExpert):
 
 
 def _definition_item(d: DefRow, score: float) -> Evidence:
-    return Evidence(
-        project=d.project,
-        path=d.path,
-        kind="symbol",
-        start_line=d.start,
-        end_line=d.end,
-        content=d.snippet,
-        score=round(score, 4),
-        symbol=d.full_name,
-        meta={"kind": d.type, "role": "definition", "full_name": d.full_name, "analysis": "jedi"},
-    )
+    meta = {"kind": d.type, "role": "definition", "full_name": d.full_name, "analysis": "jedi"}
+    return symbol_item((d.project, d.path, d.start, d.end), d.snippet, score, d.full_name, meta)
 
 
 def _reference_item(r: RefRow, score: float) -> Evidence:
     meta = {"kind": r.kind, "role": "reference", "target": r.target, "analysis": "jedi"}
     if r.enclosing:
         meta["enclosing"] = r.enclosing
-    return Evidence(
-        project=r.project,
-        path=r.path,
-        kind="symbol",
-        start_line=r.line,
-        end_line=r.line,
-        content=r.text,
-        score=round(score, 4),
-        symbol=r.enclosing or r.target,
-        meta=meta,
-    )
+    return symbol_item((r.project, r.path, r.line, r.line), r.text, score, r.enclosing or r.target, meta)

@@ -99,6 +99,8 @@ class TypedIndexer:
         self._conn = conn = connect_writer(self.dir / DB_NAME)
         if Manifest.load(self.manifest_path).indexer_id != self.indexer_id:
             conn.executescript("".join(f"DROP TABLE IF EXISTS {t};" for t in _TABLES))
+            for old in self.dir.glob("symbols.sqlite3*"):  # the typed index's shape before ADR 0009
+                old.unlink(missing_ok=True)
         conn.executescript(_SCHEMA)
 
     def _fid(self, key: str) -> int | None:
