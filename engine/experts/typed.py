@@ -35,8 +35,10 @@ from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 from .symbols import definition_score, symbol_item, symbol_plan
 
-#: a file's k-th reference scores ``1 - k * FILE_DECAY`` (floored): breadth across files first
+#: a file's k-th reference (from 0) scores ``1 - k * FILE_DECAY``, floored at ``MIN_SCORE``; an
+#: import scores ``IMPORT_SCORE``: every file's first use ranks before any file's second
 FILE_DECAY = 0.05
+MIN_SCORE = 0.1
 IMPORT_SCORE = 0.9
 STATEMENT_FACTOR = 0.95  # ``name = …`` at module or class level, below a ``def`` / ``class`` of that name
 STUB_FACTOR = 0.9  # a ``.pyi`` declaration, below the source that implements it
@@ -139,14 +141,19 @@ class TypedExpert(IndexedExpert):
                 if r.target == ident or r.target.endswith("." + ident)
             ]
         out: list[Evidence] = []
-        per_file: Counter[tuple[str, str]] = Counter()
+        files: set[tuple[str, str]] = set()
+        uses: Counter[tuple[str, str]] = Counter()  # a file's references so far (its imports score flat)
         for r in rows:
             place = (r.project, r.path)
-            if place not in per_file and len(per_file) >= plan["max_files"]:
+            if place not in files and len(files) >= plan["max_files"]:
                 continue
-            k = per_file[place]
-            per_file[place] += 1
-            out.append(_reference_item(r, max(0.1, (IMPORT_SCORE if r.kind == "import" else 1.0) - k * FILE_DECAY)))
+            files.add(place)
+            if r.kind == "import":
+                score = IMPORT_SCORE
+            else:
+                score = max(MIN_SCORE, 1.0 - uses[place] * FILE_DECAY)
+                uses[place] += 1
+            out.append(_reference_item(r, score))
         return out
 
     @staticmethod

@@ -266,3 +266,20 @@ def test_a_jedi_crash_costs_one_file_not_the_index_run(
     complete = dict(conn.execute("SELECT path, complete FROM files WHERE project='shop'").fetchall())
     conn.close()
     assert (complete["shop/services.py"], complete["shop/special.py"]) == (0, 1)
+
+
+def test_every_files_first_use_ranks_before_any_files_second(typedws: Path, config_dir: Path) -> None:
+    (typedws / "shop" / "shop" / "many.py").write_text(
+        "from shop.models import Order\n\n\ndef a():\n    return Order()\n\n\ndef b():\n    return Order()\n"
+    )
+    index(typedws, config_dir, "typed")
+    _, items = ask_expert(config_dir, typedws, "typed", "who references shop.models.Order")
+    refs = [(e.path, e.start_line, e.score) for e in items if e.meta["role"] == "reference"]
+    assert refs[:4] == [
+        ("shop/many.py", 5, 1.0),
+        ("shop/services.py", 10, 1.0),
+        ("shop/special.py", 4, 1.0),
+        ("shop/many.py", 9, 0.95),
+    ]
+    imports = {(p, s) for p, line, s in refs if line == 1}
+    assert imports == {(p, 0.9) for p in ("shop/many.py", "shop/services.py", "shop/special.py")}
