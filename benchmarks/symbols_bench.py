@@ -4,7 +4,8 @@
 
 Builds the indexes in a temporary data dir (never the workspace's own ``.engine``), then asks
 each expert sampled questions about names that exist in the index (fixed seed), timing
-``search`` end to end as the fan-out would (thread hop, sqlite look-up, jedi, evidence).
+``search`` end to end as the fan-out would (thread hop, sqlite look-up, evidence). The typed
+index runs jedi over every Python file, so its build is the slow part of this benchmark.
 Prints one JSON document; docs/experts-index.md records the numbers.
 """
 
@@ -37,18 +38,21 @@ def pct(values: list[float], q: float) -> float:
 
 
 def sample_names(db: Path, n: int, kinds: tuple[str, ...], seed: int = 7) -> list[str]:
+    """Distinct definition names of ``kinds`` from a symbols index (``tags``) or the typed index (``defs``)."""
     conn = sqlite3.connect(db)
-    rows = conn.execute(
-        f"SELECT DISTINCT name FROM tags WHERE role='definition' AND kind IN "
-        f"({','.join('?' * len(kinds))}) AND length(name) > 3 ORDER BY name",
-        kinds,
-    ).fetchall()
-    counts = conn.execute("SELECT role, count(*) FROM tags GROUP BY role").fetchall()
+    typed = db.name == "typed.sqlite3"
+    table, kind = ("defs", "type") if typed else ("tags", "role='definition' AND kind")
+    sql = f"SELECT DISTINCT name FROM {table} WHERE {kind} IN ({{}}) AND length(name) > 3 ORDER BY name"
+    rows = conn.execute(sql.format(",".join("?" * len(kinds))), kinds).fetchall()
+    if typed:
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("defs", "refs", "bases")}
+    else:
+        counts = dict(conn.execute("SELECT role, count(*) FROM tags GROUP BY role").fetchall())
     print(
         json.dumps(
             {
                 "index": str(db),
-                "tags": dict(counts),
+                "rows": counts,
                 "distinct_names": len(rows),
                 "size_mb": round(db.stat().st_size / 1e6, 1),
             }
@@ -92,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workspace", action="append", required=True, type=Path)
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--typed-queries", type=int, default=30)
+    ap.add_argument("--typed-queries", type=int, default=200)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as data:
         ws = Workspace.open(args.workspace, data_dir=Path(data))
@@ -113,10 +117,13 @@ def main() -> None:
             ("subclasses", [f"what subclasses {n}" for n in classes]),
         ):
             print(json.dumps({"mode": mode, **timed(ws, "symbols", qs)}))
-        py = sample_names(index_dir / "typed" / "symbols.sqlite3", args.typed_queries, ("class", "function"))
+        typed_db = index_dir / "typed" / "typed.sqlite3"
+        py = sample_names(typed_db, args.typed_queries, ("class", "function"))
+        py_classes = sample_names(typed_db, args.typed_queries, ("class",))
         for mode, qs in (
             ("definitions", [f"where is {n} defined" for n in py]),
             ("references", [f"who calls {n}" for n in py]),
+            ("subclasses", [f"what subclasses {n}" for n in py_classes]),
         ):
             print(json.dumps({"mode": mode, **timed(ws, "typed", qs)}))
         print(json.dumps({"mode": "docs", **timed(ws, "docs", [f"how do I configure {n}" for n in names[:50]])}))

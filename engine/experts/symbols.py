@@ -203,16 +203,12 @@ class SymbolsExpert(IndexedExpert):
     settings_schema = settings({"snippet_lines": {"type": "integer", "minimum": 0}})
     #: grammar languages this expert indexes (None: every supported code language)
     languages: tuple[str, ...] | None = None
-    references = True  # store reference tags (the typed expert resolves usages itself)
-    with_names = False
     _store: SymbolStore | None = None
 
     def indexer(self) -> SymbolIndexer:
         return SymbolIndexer(
             self._dir,
             languages=self.languages,
-            references=self.references,
-            with_names=self.with_names,
             snippet_lines=int(self.settings.get("snippet_lines", 8)),
         )
 
@@ -324,13 +320,27 @@ def row_evidence(row: SymbolRow, score: float, flags: tuple[str, ...] = ()) -> E
         symbol = row.qualified_name
     if row.enclosing:
         meta["enclosing"] = row.enclosing
+    return symbol_item((row.project, row.path, row.start_line, row.end_line), row.snippet, score, symbol, meta, flags)
+
+
+def symbol_item(
+    where: tuple[str, str, int, int],
+    content: str,
+    score: float,
+    symbol: str | None,
+    meta: dict[str, Any],
+    flags: tuple[str, ...] = (),
+) -> Evidence:
+    """A ``kind: symbol`` item at (project, path, start line, end line): the structural and typed
+    experts' one shape."""
+    project, path, start, end = where
     return Evidence(
-        project=row.project,
-        path=row.path,
+        project=project,
+        path=path,
         kind="symbol",
-        start_line=row.start_line,
-        end_line=row.end_line,
-        content=row.snippet,
+        start_line=start,
+        end_line=end,
+        content=content,
         score=round(score, 4),
         symbol=symbol,
         meta=meta,

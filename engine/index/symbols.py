@@ -11,8 +11,6 @@ Tables::
     files(fid, key UNIQUE, project, path, lang)
     tags(fid, name, lname, qname, kind, role, start, end, enclosing, bases, snippet)  -- lname indexed
     bases(fid, tag, base, lbase)       -- lbase = last component of the base, lowercased, indexed
-    names(name, fid)                   -- optional: every identifier a file mentions (candidate
-                                       -- files for a typed analyser's reference search)
 
 Names are stored as written; look-ups go through ``lname`` (lowercase) so exact and
 case-insensitive matching share one index and the caller ranks the two.
@@ -22,7 +20,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +28,11 @@ from typing import Any
 from ..syntax import CODE_LANGUAGES, language_for, tags
 from .files import SourceFile
 from .manifest import Manifest
+from .sqlite import SqliteReader, connect_writer
 
 INDEX_FORMAT = "symbols-sqlite-v1"
 DB_NAME = "symbols.sqlite3"
 BASE_SPLIT = re.compile(r"\.|::")
-_IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _SEP = "\x1f"  # joins bases in one column (never appears in an identifier)
 
 _SCHEMA = """
@@ -50,8 +47,6 @@ CREATE INDEX IF NOT EXISTS tags_fid ON tags(fid);
 CREATE TABLE IF NOT EXISTS bases(fid INTEGER NOT NULL, tag INTEGER NOT NULL, base TEXT NOT NULL, lbase TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS bases_lbase ON bases(lbase);
 CREATE INDEX IF NOT EXISTS bases_fid ON bases(fid);
-CREATE TABLE IF NOT EXISTS names(name TEXT NOT NULL, fid INTEGER NOT NULL, PRIMARY KEY(name, fid)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS names_fid ON names(fid);
 """
 
 
@@ -83,19 +78,11 @@ def taggable(path: str, languages: Iterable[str] | None = None) -> bool:
     return lang in CODE_LANGUAGES and (languages is None or lang in languages)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
-
-
 class SymbolIndexer:
     """The Indexer protocol (:mod:`engine.index.build`) over a symbols sqlite file.
 
-    ``languages`` limits what is parsed (the typed expert keeps Python only); ``with_names``
-    also records each file's identifiers. Both change ``indexer_id``, so a config change
-    rebuilds the index instead of mixing two shapes.
+    ``languages`` limits what is parsed and ``references=False`` keeps definitions only. Both
+    change ``indexer_id``, so a config change rebuilds the index instead of mixing two shapes.
     """
 
     def __init__(
@@ -104,23 +91,22 @@ class SymbolIndexer:
         *,
         languages: Iterable[str] | None = None,
         references: bool = True,
-        with_names: bool = False,
         snippet_lines: int = 8,
         snippet_chars: int = 800,
     ) -> None:
         self.dir = directory
         self.languages = frozenset(languages) if languages is not None else None
-        self.references, self.with_names = references, with_names
+        self.references = references
         self.snippet_lines, self.snippet_chars = snippet_lines, snippet_chars
         langs = ",".join(sorted(self.languages)) if self.languages is not None else "all"
-        self.indexer_id = f"{INDEX_FORMAT}:{langs}{'' if references else ':no-refs'}{':names' if with_names else ''}"
+        self.indexer_id = f"{INDEX_FORMAT}:{langs}{'' if references else ':no-refs'}"
         self.manifest_path = directory / "manifest.json"
         self._conn: sqlite3.Connection | None = None
         self._next_id = 1
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._conn = conn = _connect(self.dir / DB_NAME)
+        self._conn = conn = connect_writer(self.dir / DB_NAME)
         if Manifest.load(self.manifest_path).indexer_id != self.indexer_id:
             # no manifest, or another shape: the content is unknown, start clean (same file, so
             # readers holding a connection simply see the new tables)
@@ -137,7 +123,7 @@ class SymbolIndexer:
             row = self._conn.execute("SELECT fid FROM files WHERE key=?", (key,)).fetchone()
             if row is None:
                 continue
-            for table in ("tags", "bases", "names", "files"):
+            for table in ("tags", "bases", "files"):
                 self._conn.execute(f"DELETE FROM {table} WHERE fid=?", row)  # noqa: S608 - fixed names
 
     def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
@@ -187,10 +173,6 @@ class SymbolIndexer:
             conn.executemany("INSERT INTO tags VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             conn.executemany("INSERT INTO bases VALUES (?,?,?,?)", bases)
             n += len(found)
-            if self.with_names:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO names VALUES (?,?)", [(m.decode(), fid) for m in set(_IDENT.findall(data))]
-                )
         return n
 
     def remove(self, keys: list[str]) -> None:
@@ -218,33 +200,11 @@ def _row(r: tuple) -> SymbolRow:  # type: ignore[type-arg]
     )
 
 
-class SymbolStore:
+class SymbolStore(SqliteReader):
     """Read side: look-ups by name, by base and by mentioned identifier. One connection per thread."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = directory / DB_NAME
-        self._local = threading.local()
-
-    def exists(self) -> bool:
-        return self.path.is_file()
-
-    def _db(self) -> sqlite3.Connection:
-        """This thread's connection, reopened when the file was replaced (a data dir wiped and rebuilt)."""
-        inode = self.path.stat().st_ino  # FileNotFoundError when the index is gone: the expert is unavailable
-        conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "inode", None) != inode:
-            if conn is not None:
-                conn.close()
-            conn = self._local.conn = sqlite3.connect(self.path, timeout=5, check_same_thread=False)
-            conn.execute("PRAGMA query_only=ON")
-            self._local.inode = inode
-        return conn
-
-    @staticmethod
-    def _projects_sql(projects: Sequence[str] | None) -> tuple[str, list[str]]:
-        if projects is None:
-            return "", []
-        return f" AND f.project IN ({','.join('?' * len(projects))})", list(projects)
+        super().__init__(directory / DB_NAME)
 
     def by_name(
         self, names: Iterable[str], role: str, projects: Sequence[str] | None = None, cap: int = 5000
@@ -273,22 +233,3 @@ class SymbolStore:
             f"({','.join('?' * len(lnames))})){extra} ORDER BY f.project, f.path, t.start LIMIT ?"
         )
         return [_row(r) for r in self._db().execute(sql, [*lnames, *args, cap])]
-
-    def files_mentioning(
-        self, name: str, projects: Sequence[str] | None = None, cap: int = 2000
-    ) -> list[tuple[str, str]]:
-        """(project, path) of files whose text contains the identifier ``name`` (``names`` table)."""
-        if projects == []:
-            return []
-        extra, args = self._projects_sql(projects)
-        sql = (
-            f"SELECT f.project, f.path FROM names n JOIN files f ON f.fid = n.fid WHERE n.name=?{extra} "
-            "ORDER BY f.project, f.path LIMIT ?"
-        )
-        return [(r[0], r[1]) for r in self._db().execute(sql, [name, *args, cap])]
-
-    def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None

@@ -151,7 +151,7 @@ class TestSymbolsContract(IndexContract):
 
 class TestTypedContract(IndexContract):
     adapter = expert_name = "typed"
-    damaged = ("symbols.sqlite3",)
+    damaged = ("typed.sqlite3",)
 
 
 class TestSemanticContract(IndexContract):
