@@ -39,19 +39,35 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def _line_of(node: yaml.Node | None, path: list[Any]) -> int | None:
-    """Walk a composed YAML node along a JSON path to report the line of the offending value."""
+    """Walk a composed YAML node along a JSON path to the line of the offending field: a mapping
+    entry's *key* line (its value may start on the next line), a sequence item's own line."""
     line = node.start_mark.line + 1 if node is not None else None
     for key in path:
         if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if k.value == str(key)), None)
+            entry = next(((k, v) for k, v in node.value if k.value == str(key)), None)
+            nxt, at = (entry[1], entry[0]) if entry else (None, None)
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            nxt = node.value[key]
+            nxt = at = node.value[key]
         else:
-            nxt = None
-        if nxt is None:
+            nxt = at = None
+        if nxt is None or at is None:
             break
-        node, line = nxt, nxt.start_mark.line + 1
+        node, line = nxt, at.start_mark.line + 1
     return line
+
+
+def error_path(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
+    """Where a schema error is and what to say: an unknown key is reported at that key (the
+    validator reports it at the mapping that holds it), by name, with the keys allowed there."""
+    path = list(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict) and isinstance(err.schema, dict):
+        known = set(err.schema.get("properties", {}))
+        patterns = [re.compile(p) for p in err.schema.get("patternProperties", {})]
+        extra = [k for k in err.instance if k not in known and not any(p.search(str(k)) for p in patterns)]
+        if extra:
+            allowed = f"; allowed here: {', '.join(sorted(known))}" if known else ""
+            return [*path, extra[0]], f"unknown key {extra[0]!r}{allowed}"
+    return path, str(err.message)
 
 
 def _json_path(path: Any) -> str:
@@ -64,6 +80,13 @@ def line_of(file: Path, path: list[Any]) -> int | None:
         return _line_of(yaml.compose(file.read_text("utf-8")), path)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
+
+
+def node_location(pipeline: PipelineSpec, node_id: str | None, *field: Any) -> tuple[str, int | None]:
+    """The JSON path and line of a pipeline node (or one of its fields), for graph errors."""
+    index = next((i for i, n in enumerate(pipeline.nodes) if n.id == node_id), None)
+    path: list[Any] = [] if index is None else ["nodes", index, *field]
+    return _json_path(path), line_of(pipeline.file, path)
 
 
 def load_yaml(file: Path, schema: str) -> dict[str, Any]:
@@ -86,9 +109,8 @@ def load_yaml(file: Path, schema: str) -> dict[str, Any]:
         raise SchemaError("expected a mapping at the top level", file=str(file), line=1)
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
-        err = errors[0]
-        path = list(err.absolute_path)
-        raise SchemaError(err.message, file=str(file), path=_json_path(path), line=_line_of(root, path))
+        path, message = error_path(errors[0])
+        raise SchemaError(message, file=str(file), path=_json_path(path), line=_line_of(root, path))
     return data
 
 
@@ -209,7 +231,10 @@ def _check_secret_patterns(raw: Mapping[str, Any], file: Path) -> None:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise SchemaError(f"not a valid regex: {exc}", file=str(file), path=f"secrets/patterns/{i}") from None
+            path = ["secrets", "patterns", i]
+            raise SchemaError(
+                f"not a valid regex: {exc}", file=str(file), path=_json_path(path), line=line_of(file, path)
+            ) from None
 
 
 def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
@@ -230,14 +255,17 @@ def _expert_specs(raw: Mapping[str, Any]) -> dict[str, ExpertSpec]:
 
 
 def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec]) -> Priors:
-    named = [("default_experts", e) for e in raw["default_experts"]]
-    named += [(f"classes/{c}/{e}", e) for c, ws in raw["classes"].items() for e in ws]
-    named += [(f"default_weights/{e}", e) for e in raw.get("default_weights", {})]
-    named += [(f"rule_weights/{r}/{e}", e) for r, ws in raw.get("rule_weights", {}).items() for e in ws]
+    named: list[tuple[list[Any], str]] = [(["default_experts", i], e) for i, e in enumerate(raw["default_experts"])]
+    named += [(["classes", c, e], e) for c, ws in raw["classes"].items() for e in ws]
+    named += [(["default_weights", e], e) for e in raw.get("default_weights", {})]
+    named += [(["rule_weights", r, e], e) for r, ws in raw.get("rule_weights", {}).items() for e in ws]
     for path, expert in named:
         if expert not in experts:
             raise SchemaError(
-                f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}", file=str(file), path=path
+                f"unknown expert {expert!r}; experts.yaml defines {sorted(experts)}",
+                file=str(file),
+                path=_json_path(path),
+                line=line_of(file, path),
             )
     return Priors(
         classes={c: dict(ws) for c, ws in raw["classes"].items()},
@@ -283,6 +311,7 @@ def load_config(root: Path) -> ConfigSet:
                 f"pipeline name {spec.name!r} also used by {pipelines[spec.name].file.name}",
                 file=str(file),
                 path="name",
+                line=line_of(file, ["name"]),
             )
         pipelines[spec.name] = spec
     if not pipelines:
