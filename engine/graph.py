@@ -8,13 +8,12 @@ node's own ``validate`` (experts and pipelines it names exist).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import networkx as nx
 
 from .errors import GraphError
 from .nodes import NODE_KINDS, Node
-from .spec import ConfigSet, PipelineSpec, line_of, node_location
+from .spec import ConfigSet, PipelineSpec, graph_error, line_of
 
 
 @dataclass(frozen=True)
@@ -28,18 +27,12 @@ class PipelineGraph:
         return list(nx.lexicographical_topological_sort(self.graph))
 
 
-def _error(spec: PipelineSpec, message: str, node_id: str | None = None, *field: Any) -> GraphError:
-    """A graph error located in the pipeline file: the node's line, or its field's (``after``, ``kind``)."""
-    path, line = node_location(spec, node_id, *field)
-    return GraphError(message, pipeline=spec.file.name, node_id=node_id, file=str(spec.file), line=line, path=path)
-
-
 def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
     g = nx.DiGraph()
     nodes: dict[str, Node] = {}
     for i, n in enumerate(spec.nodes):
         if n.id in nodes:
-            # node_location finds the first node of that id: point at this one instead
+            # graph_error locates the first node of that id: point at this one instead
             line = line_of(spec.file, ["nodes", i, "id"])
             raise GraphError(
                 f"duplicate node id {n.id!r}",
@@ -51,7 +44,7 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
             )
         cls = NODE_KINDS.get(n.kind)
         if cls is None:
-            raise _error(
+            raise graph_error(
                 spec, f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}", n.id, "kind"
             )
         nodes[n.id] = cls(n)
@@ -60,17 +53,17 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
         for j, dep in enumerate(n.after):
             if dep not in nodes:
                 message = f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}"
-                raise _error(spec, message, n.id, "after", j)
+                raise graph_error(spec, message, n.id, "after", j)
             g.add_edge(dep, n.id)
     if not nx.is_directed_acyclic_graph(g):
         cycle = nx.find_cycle(g)
         message = f"pipeline has a cycle: {' → '.join(a for a, _ in cycle)} → {cycle[0][0]}"
-        raise _error(spec, message, cycle[0][0], "after")
+        raise graph_error(spec, message, cycle[0][0], "after")
     for node_id, node in nodes.items():
         upstream_kinds = {nodes[a].kind for a in nx.ancestors(g, node_id)}
         missing = [k for k in node.requires if k not in upstream_kinds]
         if missing and not (node.kind == "classify"):
-            raise _error(
+            raise graph_error(
                 spec, f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream", node_id
             )
         node.validate(config, spec)

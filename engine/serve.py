@@ -253,13 +253,18 @@ def _error(code: str, message: str) -> ToolReply:
 
 
 def make_server(
-    config_dir: Path, workspace: Workspace, *, default_format: str = DEFAULT_FORMAT, max_chars: int = MAX_RESULT_CHARS
+    config_dir: Path,
+    workspace: Workspace,
+    *,
+    default_format: str = DEFAULT_FORMAT,
+    max_chars: int = MAX_RESULT_CHARS,
+    config_source: str = "api",
 ) -> Any:
     """The MCP server; its lifespan owns the Router, the flusher task and their shutdown."""
 
     @asynccontextmanager
     async def open_app() -> AsyncIterator[RouterTools]:
-        router = Router(config_dir, workspace)
+        router = Router(config_dir, workspace, config_source=config_source)
         router.config()  # a broken config fails at start, loudly
         tools = RouterTools(router, default_format=default_format, max_chars=max_chars)
         try:
@@ -294,6 +299,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     token: str | None = None,
+    config_source: str = "api",
 ) -> None:
     """Run the server until stdin closes (stdio) or it is interrupted (http)."""
     if transport not in ("stdio", "http"):
@@ -306,7 +312,7 @@ def serve(
             f"binding {host} (not loopback) requires --token; every request must then carry "
             "'Authorization: Bearer <token>'"
         )
-    server = make_server(config_dir, workspace)
+    server = make_server(config_dir, workspace, config_source=config_source)
     if transport == "stdio":
         anyio.run(run_stdio, server)
     else:

@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .errors import InvalidRequest, SchemaError, SpecError
+from .errors import GraphError, InvalidRequest, SchemaError, SpecError
 from .types import Budget, Request, Scope, canonical_json, sha256_hex
 from .workspace import LANGUAGES
 
@@ -82,11 +82,19 @@ def line_of(file: Path, path: list[Any]) -> int | None:
         return None
 
 
-def node_location(pipeline: PipelineSpec, node_id: str | None, *field: Any) -> tuple[str, int | None]:
-    """The JSON path and line of a pipeline node (or one of its fields), for graph errors."""
+def graph_error(pipeline: PipelineSpec, message: str, node_id: str | None = None, *field: Any) -> GraphError:
+    """A graph error located in the pipeline file: the line of the node (first of that id), or of
+    one of its fields (``"after", 0``, ``"settings", "routes", "docs"``)."""
     index = next((i for i, n in enumerate(pipeline.nodes) if n.id == node_id), None)
     path: list[Any] = [] if index is None else ["nodes", index, *field]
-    return _json_path(path), line_of(pipeline.file, path)
+    return GraphError(
+        message,
+        pipeline=pipeline.file.name,
+        node_id=node_id,
+        file=str(pipeline.file),
+        line=line_of(pipeline.file, path),
+        path=_json_path(path) if path else None,
+    )
 
 
 def load_yaml(file: Path, schema: str) -> dict[str, Any]:
@@ -198,13 +206,19 @@ class ConfigSet:
     pipelines: Mapping[str, PipelineSpec]  # by pipeline name
     raw_experts: Mapping[str, Any]
     raw_priors: Mapping[str, Any]
+    #: why this folder was chosen (engine/configdir.py SOURCES; "api" when a caller passed it)
+    source: str = "api"
 
     def pipeline_by_file(self, file: Path) -> PipelineSpec:
         file = file.resolve()
         for spec in self.pipelines.values():
             if spec.file.resolve() == file:
                 return spec
-        raise SpecError(f"{file} is not a pipeline of the config folder {self.root}", file=str(file))
+        raise SpecError(
+            f"{file} is not a pipeline of the config folder {self.root} ({self.source}); "
+            "move it into that folder's pipelines/ or pass --config-dir",
+            file=str(file),
+        )
 
     def config_version(self, pipeline: PipelineSpec, classifier_rules: Mapping[str, Any]) -> str:
         """sha256 of the canonical JSON of everything that can change this pipeline's answers."""
@@ -319,13 +333,6 @@ def load_config(root: Path) -> ConfigSet:
     return ConfigSet(
         root=root, experts=experts, priors=priors, pipelines=pipelines, raw_experts=raw_experts, raw_priors=raw_priors
     )
-
-
-def config_dir_for(pipeline_file: Path, override: Path | None = None) -> Path:
-    """experts.yaml and priors.yaml sit beside the pipelines/ folder of the pipeline file."""
-    if override is not None:
-        return override
-    return pipeline_file.resolve().parent.parent
 
 
 # ---------------------------------------------------------------------------------------------

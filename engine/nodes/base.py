@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Protocol
 from ..errors import EngineError, GraphError
 from ..experts.base import Expert
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
-from ..spec import ConfigSet, NodeSpec, PipelineSpec, node_location
+from ..spec import ConfigSet, NodeSpec, PipelineSpec, graph_error
 from ..types import Classification, ExpertOutcome, Request
 from ..workspace import Workspace
 
@@ -160,15 +160,8 @@ class Node(ABC):
     def invalid(self, pipeline: PipelineSpec, message: str, *setting: Any) -> GraphError:
         """The error for a bad setting of this node, naming the pipeline file, the line of the node
         (of ``settings/<setting…>`` when given, e.g. ``"routes", "docs"``) and the node."""
-        path, line = node_location(pipeline, self.id, *(("settings", *setting) if setting else ()))
-        return GraphError(
-            f"node {self.id!r} ({self.kind}): {message}",
-            pipeline=pipeline.file.name,
-            node_id=self.id,
-            file=str(pipeline.file),
-            line=line,
-            path=path,
-        )
+        field = ("settings", *setting) if setting else ()
+        return graph_error(pipeline, f"node {self.id!r} ({self.kind}): {message}", self.id, *field)
 
     def _check_experts(self, names: Iterable[str] | None, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
         for name in names or ():

@@ -145,6 +145,7 @@ class MemoryStore:
                     c["result_count"],
                     c["config_version"],
                     c["request_hash"],
+                    _question(s.body),
                 )
             )
         out.sort(key=lambda r: r.receipt_id)
@@ -245,3 +246,9 @@ class MemoryStore:
 
     def close(self) -> None:
         return None
+
+
+def _question(body: dict[str, Any] | None) -> str | None:
+    request = (body or {}).get("request")
+    question = request.get("question") if isinstance(request, dict) else None
+    return question if isinstance(question, str) else None
