@@ -225,7 +225,11 @@ class Router:
 
     def cached_answer(self, key: str) -> CachedAnswer | None:
         try:
-            hit = self._memo_get(key) or self.store.cache_get(key)
+            hit = self._memo_get(key)
+            if hit is None:
+                hit = self.store.cache_get(key)
+                if hit is not None:  # a long-lived router (serve, the CLI daemon) reads the store once per key
+                    self._remember(hit)
         except StoreError as exc:  # a damaged store is a cache miss, never a lost answer
             log.warning("store: %s", exc.message)
             return None
@@ -342,10 +346,13 @@ class Router:
             entry = CacheEntry(
                 key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S
             )
-            self._memo[key] = (entry.expires_at, entry)
-            while len(self._memo) > MEMO_SIZE:
-                self._memo.pop(next(iter(self._memo)))
+            self._remember(entry)
             self._after.append(entry)
+
+    def _remember(self, entry: CacheEntry) -> None:
+        self._memo[entry.key] = (entry.expires_at, entry)
+        while len(self._memo) > MEMO_SIZE:
+            self._memo.pop(next(iter(self._memo)))
 
     def _memo_get(self, key: str) -> CacheEntry | None:
         entry = self._memo.get(key)

@@ -1,29 +1,27 @@
 """``engine run`` through the workspace's daemon: find it (or start it), send the argv, print the reply.
 
-Standard library only, and only what this path needs (``python -X importtime``: docs/adr/0009):
-the whole point is not to pay for the engine's imports on every call. Every doubt falls back to
-the in-process command, which prints the same output: :func:`run` returns ``None`` when the
-workspace cannot be told from the argv, the daemon cannot be reached or started, it asks for a
-fallback (argv it cannot parse, a workspace it does not serve) or it dies mid-call.
+Standard library only, and only what this path needs (see :mod:`engine.daemon`): the whole point
+is not to pay for the engine's imports on every call. Every doubt falls back to the in-process
+command, which prints the same output: :func:`run` returns ``None`` when the workspace cannot be
+told from the argv, the daemon cannot be reached or started, it asks for a fallback (argv it
+cannot parse, a workspace it does not serve) or it dies mid-call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
-import json
 import os
 import socket
 import sys
 import time
-from pathlib import Path
 
-from . import PROTOCOL, Address, emit, fingerprint, idle_seconds, private_folder
+from . import MAX_MESSAGE, PROTOCOL, Address, emit, fingerprint, frame, idle_seconds, private_folder, unframe
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the path this module exists to keep short
 if TYPE_CHECKING:
     import subprocess
+    from pathlib import Path
     from typing import Any
 
 #: ``engine run`` options that take no value (tests/test_daemon.py checks this against the command)
@@ -33,7 +31,7 @@ START_TIMEOUT_S = 30.0  # a daemon starting on a loaded 2-core machine imports f
 RESTART = "restart"
 
 
-def workspace_roots(args: list[str], cwd: Path) -> list[Path] | None:
+def workspace_roots(args: list[str], cwd: str) -> list[str] | None:
     """The ``--workspace`` roots in ``args`` (``run``'s own arguments), resolved like the command
     does; ``cwd`` when none is given; None when one is not a directory (the command says why)."""
     given: list[str] = []
@@ -61,39 +59,36 @@ def workspace_roots(args: list[str], cwd: Path) -> list[Path] | None:
             i += 1
     roots = []
     for raw in given or ["."]:
-        path = Path(raw).expanduser()
-        path = (path if path.is_absolute() else cwd / path).resolve()
-        if not path.is_dir():
+        path = os.path.realpath(os.path.join(cwd, os.path.expanduser(raw)))
+        if not os.path.isdir(path):
             return None
         roots.append(path)
     return roots
 
 
-def address(args: list[str], cwd: Path) -> Address | None:
+def address(args: list[str], cwd: str) -> Address | None:
     roots = workspace_roots(args, cwd)
     if roots is None:
         return None
     home = os.environ.get("ENGINE_HOME")
-    if home:
-        data_dir = Path(home).expanduser()
-        data_dir = (data_dir if data_dir.is_absolute() else cwd / data_dir).resolve()
-    else:
-        data_dir = roots[0] / ".engine"
+    data_dir = (
+        os.path.realpath(os.path.join(cwd, os.path.expanduser(home))) if home else os.path.join(roots[0], ".engine")
+    )
     return Address.of(roots, data_dir)
 
 
 def run(args: list[str]) -> int | None:
     """Answer ``engine run ARGS`` through the daemon; the exit code, or None to run in-process."""
     try:
-        cwd = Path.cwd()
+        cwd = os.getcwd()
     except OSError:  # the current directory was deleted: let the command report it
         return None
     addr = address(args, cwd)
     if addr is None:
         return None
-    message = {"op": "run", "v": PROTOCOL, "fp": fingerprint(), "argv": args, "cwd": str(cwd)}
+    message = {"op": "run", "v": PROTOCOL, "fp": fingerprint(), "argv": args, "cwd": cwd}
     for _ in range(2):  # a second round after a daemon of another version stepped down
-        conn = connect(addr) or start(addr)
+        conn = connect(addr.socket_path) or start(addr)
         if conn is None:
             return None
         with conn:
@@ -104,59 +99,66 @@ def run(args: list[str]) -> int | None:
         if not isinstance(reply, dict):
             return None
         emit(str(reply.get("stdout", "")), str(reply.get("stderr", "")))
-        return int(reply.get("code", 1))
+        code = reply.get("code", 1)
+        return code if isinstance(code, int) else 1
     return None
 
 
-def connect(addr: Address) -> socket.socket | None:
-    """A connection to the live daemon, or None (no socket file, or nobody listening on it)."""
-    path = addr.socket_path
+def connect(path: str) -> socket.socket | None:
+    """A connection to the daemon listening there, or None (no socket file, or nobody listening)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(os.fspath(path))
+        sock.connect(path)
     except OSError:
         sock.close()
         return None
     return sock
 
 
+def _recv_exactly(conn: socket.socket, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = conn.recv(min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(conn: socket.socket) -> dict[str, Any] | None:
+    head = _recv_exactly(conn, 4)
+    if head is None or int.from_bytes(head, "big") > MAX_MESSAGE:
+        return None
+    body = _recv_exactly(conn, int.from_bytes(head, "big"))
+    return None if body is None else unframe(body)
+
+
 def call(conn: socket.socket, message: dict[str, Any]) -> dict[str, Any] | str | None:
     """Send one request; the daemon's answer, :data:`RESTART`, or None (fallback, or it went away)."""
-    reader = conn.makefile("rb")
     try:
-        conn.sendall(json.dumps(message).encode() + b"\n")
+        conn.sendall(frame(message))
         conn.settimeout(ACK_TIMEOUT_S)
-        ack = _read(reader)
+        ack = receive(conn)
         if ack is None or not ack.get("ack"):
             return RESTART if ack is not None and ack.get("restart") else None
         conn.settimeout(None)  # the answer takes what the request's budget allows
-        return _read(reader)
+        return receive(conn)
     except OSError:
         return None
-    finally:
-        reader.close()
-
-
-def _read(reader: Any) -> dict[str, Any] | None:
-    line = reader.readline()
-    if not line:
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def start(addr: Address) -> socket.socket | None:
     """Start the daemon (one per workspace however many shells ask at once) and connect to it."""
+    from pathlib import Path
+
     from ..datadir import ensure_data_dir
 
     try:
-        ensure_data_dir(addr.data_dir)
+        ensure_data_dir(Path(addr.data_dir))
     except OSError:
         return None
-    if not private_folder(addr.folder) or not private_folder(addr.socket_path.parent):
+    if not private_folder(addr.folder) or not private_folder(os.path.dirname(addr.socket_path)):
         return None
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
@@ -166,12 +168,12 @@ def start(addr: Address) -> socket.socket | None:
     try:  # closing the descriptor releases the gate
         if not _flock(gate, deadline):
             return None
-        conn = connect(addr)  # another shell started it while this one waited
+        conn = connect(addr.socket_path)  # another shell started it while this one waited
         if conn is not None:
             return conn
         proc = _spawn(addr) if _lock_free(addr) else None
         while time.monotonic() < deadline:
-            conn = connect(addr)
+            conn = connect(addr.socket_path)
             if conn is not None:
                 return conn
             if proc is not None and proc.poll() is not None:
@@ -220,9 +222,9 @@ def _spawn(addr: Address) -> subprocess.Popen[bytes]:
 
     env = dict(os.environ)
     if env.get("ENGINE_HOME"):
-        env["ENGINE_HOME"] = str(addr.data_dir)  # a relative ENGINE_HOME means this shell's directory
+        env["ENGINE_HOME"] = addr.data_dir  # a relative ENGINE_HOME means this shell's directory
     roots = [a for r in addr.roots for a in ("--root", r)]
-    argv = [sys.executable, "-m", "engine.daemon", "--data-dir", str(addr.data_dir), "--key", addr.key, *roots]
+    argv = [sys.executable, "-m", "engine.daemon", "--data-dir", addr.data_dir, "--key", addr.key, *roots]
     argv += ["--idle-s", str(idle_seconds())]
     log_fd = os.open(addr.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -240,20 +242,28 @@ def _spawn(addr: Address) -> subprocess.Popen[bytes]:
         os.close(log_fd)
 
 
+# ---------------------------------------------------------------------------------------------- control
+# (engine daemon status|stop, keys rotate, store repair: the full CLI is loaded there anyway)
+
+
 def control(socket_path: str, op: str) -> dict[str, Any] | None:
     """A control request (``status``, ``stop``) to the daemon listening there; None when none is."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with sock, contextlib.suppress(OSError):
-        sock.settimeout(ACK_TIMEOUT_S)
-        sock.connect(socket_path)
-        sock.sendall(json.dumps({"op": op, "v": PROTOCOL, "fp": fingerprint()}).encode() + b"\n")
-        with sock.makefile("rb") as reader:
-            return _read(reader)
-    return None
+    conn = connect(socket_path)
+    if conn is None:
+        return None
+    with conn:
+        try:
+            conn.settimeout(ACK_TIMEOUT_S)
+            conn.sendall(frame({"op": op, "v": PROTOCOL, "fp": fingerprint()}))
+            return receive(conn)
+        except OSError:
+            return None
 
 
 def daemons(data_dir: Path) -> list[dict[str, Any]]:
     """Every daemon a data dir knows of: its info file, ``alive`` and, when it answers, its status."""
+    import json
+
     out = []
     for info_path in sorted((data_dir / "daemon").glob("*.json")):
         try:
@@ -274,9 +284,11 @@ def stop_all(data_dir: Path, timeout_s: float = 10.0) -> list[dict[str, Any]]:
             control(d["socket"], "stop")
         else:
             for stale in (d["info_file"], d.get("socket", "")):
-                with contextlib.suppress(OSError):
+                try:
                     os.unlink(stale)
+                except OSError:  # already gone (or never named): nothing to clean
+                    continue
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(Path(d["info_file"]).exists() for d in found if d["alive"]):
+    while time.monotonic() < deadline and any(os.path.exists(d["info_file"]) for d in found if d["alive"]):
         time.sleep(0.02)
     return found

@@ -44,10 +44,9 @@ from ..keys import KeyRing
 from ..runtime import Router
 from ..store import Store, open_store
 from ..workspace import Workspace
-from . import PROTOCOL, Address, fingerprint
+from . import MAX_MESSAGE, PROTOCOL, Address, fingerprint, frame, unframe
 
 log = logging.getLogger("engine.daemon")
-MAX_MESSAGE = 8 * 1024 * 1024
 
 
 def _run_command() -> Any:
@@ -87,7 +86,7 @@ class Daemon:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # born 0600: no window in which another user could connect
         try:
-            sock.bind(os.fspath(path))
+            sock.bind(path)
         finally:
             os.umask(old)
         sock.listen(128)
@@ -97,13 +96,14 @@ class Daemon:
             "key": self.addr.key,
             "fp": self.fp,
             "roots": list(self.addr.roots),
-            "socket": str(path),
+            "socket": path,
             "started": self.started,
             "idle_s": self.idle_s,
         }
-        tmp = self.addr.info_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        os.chmod(tmp, 0o600)
+        tmp = self.addr.info_path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(info))
         os.replace(tmp, self.addr.info_path)
         return sock
 
@@ -188,12 +188,18 @@ class Daemon:
             if not _same_user(stream):
                 return
             try:
-                line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_MESSAGE)
-                message = json.loads(line)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound, ValueError):
+                received = BufferedByteReceiveStream(stream)
+                size = int.from_bytes(await received.receive_exactly(4), "big")
+                if size > MAX_MESSAGE:
+                    return
+                message = unframe(await received.receive_exactly(size))
+            except (anyio.EndOfStream, anyio.IncompleteRead):
                 return
-            if not isinstance(message, dict) or message.get("v") != PROTOCOL:
-                await _send(stream, {"fallback": "protocol"})
+            if message is None:
+                return
+            if message.get("v") != PROTOCOL:  # a client of another engine version
+                await _send(stream, {"restart": "protocol changed"})
+                self.stop("a client speaking another protocol version called")
                 return
             op = message.get("op")
             if op == "status":
@@ -279,8 +285,8 @@ class Daemon:
             "key": self.addr.key,
             "fp": self.fp,
             "roots": list(self.addr.roots),
-            "data_dir": str(self.addr.data_dir),
-            "socket": str(self.addr.socket_path),
+            "data_dir": self.addr.data_dir,
+            "socket": self.addr.socket_path,
             "started": self.started,
             "served": self.served,
             "active": self.active,
@@ -303,12 +309,12 @@ def _same_user(stream: anyio.abc.SocketStream) -> bool:
 
 
 async def _send(stream: anyio.abc.SocketStream, value: dict[str, Any]) -> None:
-    await stream.send(json.dumps(value).encode() + b"\n")
+    await stream.send(frame(value))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.daemon", description="The engine run daemon.")
-    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--data-dir", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--root", action="append", required=True)
     parser.add_argument("--idle-s", type=float, required=True)
