@@ -15,7 +15,10 @@ def main() -> None:
     if args[:1] == ["run"] and _daemon_wanted(args[1:]):
         from .daemon.client import run
 
-        code = run(args[1:])
+        try:
+            code = run(args[1:])
+        except KeyboardInterrupt:  # Ctrl-C while waiting: the daemon finishes (and receipts) the call alone
+            sys.exit(130)
         if code is not None:
             sys.exit(code)
     from .cli import main as cli_main
