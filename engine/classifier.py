@@ -16,7 +16,7 @@ first rule whose conditions all hold wins; none ⇒ ``fallback``. Conditions:
 A regex that does not compile is a :class:`~engine.errors.SchemaError` naming the file, the
 line and the path (``rules/3/pattern``). The raw file is hashed into ``config_version`` by the
 loader (:meth:`engine.spec.ConfigSet.config_version`), so ``engine diff`` sees each revision's
-own rules. A config folder without ``classifier.yaml`` gets ``engine/defaults/classifier.yaml``:
+own rules. A config folder without ``classifier.yaml`` gets ``engine/classifier_v0.yaml``:
 the rules exactly as they were when they lived in code, so an older config folder classifies as
 it always did.
 """
@@ -91,8 +91,10 @@ class ClassifierSpec:
 
 
 def default_file() -> Path:
-    """The engine's own default rules (used when a config folder has no classifier.yaml)."""
-    return Path(str(resources.files("engine.defaults").joinpath(FILE_NAME)))
+    """The rules a config folder without a classifier.yaml gets: the rules as they were while they
+    lived in code, so an older config folder classifies as it always did (the shipped config's own
+    rules are the repository's classifier.yaml, packaged with the rest of the default config)."""
+    return Path(str(resources.files("engine").joinpath("classifier_v0.yaml")))
 
 
 def _compile(pattern: str, file: Path, path: list[Any]) -> re.Pattern[str]:

@@ -19,21 +19,32 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 import typer
-from typer.core import TyperGroup
 
-from .cli_options import ConfigDirOpt, FormatOpt, WorkspaceOpt, fail, open_workspace
+from .cli_daemon import daemon_app
+from .cli_eval import bench, eval_app
+from .cli_options import (
+    AnswerFormatOpt,
+    ConfigDirOpt,
+    TableFormatOpt,
+    WorkspaceOpt,
+    config_ref,
+    fail,
+    open_workspace,
+)
 from .cli_store import keys_app, receipts_app, store_app
 from .config import load_config
 from .errors import EngineError, SpecError
-from .render import render
+from .render import render_table
 from .schema_bundle import bundled_schema
-from .spec import config_dir_for
 
 _fail, _workspace = fail, open_workspace
+
+SCHEMAS = ("request", "response", "receipt", "experts", "priors", "classifier", "pipeline", "workspace")
+INDEX_COLUMNS = ("index", "added_or_changed", "removed", "unchanged", "units", "seconds")
 
 app = typer.Typer(
     add_completion=False,
@@ -42,19 +53,12 @@ app = typer.Typer(
 )
 
 
-def _default_config_dir() -> Path:
-    """Config folder for commands that take no pipeline file: $ENGINE_CONFIG_DIR, ./, or the repo's own."""
-    env = os.environ.get("ENGINE_CONFIG_DIR")
-    if env:
-        return Path(env)
-    if (Path.cwd() / "experts.yaml").exists():
-        return Path.cwd()
-    return Path(__file__).resolve().parent.parent
-
-
 @app.command()
 def run(
-    pipeline: Annotated[Path, typer.Argument(help="Pipeline file, e.g. pipelines/router.yaml")],
+    pipeline: Annotated[
+        str,
+        typer.Argument(help="Pipeline name (router, identifier, docs …) or file; works from any directory"),
+    ],
     question: Annotated[str, typer.Option("--question", "-q", help="The question, in plain words.")],
     workspace: WorkspaceOpt = None,
     config_dir: ConfigDirOpt = None,
@@ -70,56 +74,44 @@ def run(
     min_precision_class: Annotated[str | None, typer.Option("--min-precision-class")] = None,
     mode: Annotated[str, typer.Option(help="fused | separate")] = "fused",
     limit: Annotated[int, typer.Option(help="Number of items")] = 10,
-    fmt: FormatOpt = "markdown",
+    fmt: AnswerFormatOpt = "markdown",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read the answer cache.")] = False,
     session_id: Annotated[str | None, typer.Option("--session-id")] = None,
+    no_daemon: Annotated[
+        bool,
+        typer.Option(
+            "--no-daemon",
+            help="Answer in this process instead of the workspace's background daemon (same output; "
+            "also ENGINE_NO_DAEMON=1). See `engine daemon`.",
+        ),
+    ] = False,
 ) -> None:
-    """Answer one question with a pipeline; prints the answer and its signed receipt."""
+    """Answer one question with a pipeline; prints the answer and its signed receipt.
+
+    Called from a shell, the answer comes from a per-workspace background daemon that keeps the
+    router warm (started on first use, stopped after $ENGINE_DAEMON_IDLE_S idle seconds); this
+    in-process path is what the daemon runs and what --no-daemon runs here.
+    """
+    from .cli_run import RunCall, answer_reply, error_reply
+    from .daemon import emit
     from .runtime import Router
 
-    request: dict[str, Any] = {"question": question, "mode": mode, "limit": limit, "format": fmt, "no_cache": no_cache}
-    if intent:
-        request["intent"] = intent
-    scope = {
-        k: v
-        for k, v in {
-            "project": scope_project,
-            "group": scope_group,
-            "path": scope_path,
-            "language": scope_language,
-        }.items()
-        if v is not None
-    }
-    budget = {
-        k: v
-        for k, v in {
-            "latency_ms": budget_ms,
-            "max_experts": max_experts,
-            "min_precision_class": min_precision_class,
-        }.items()
-        if v is not None
-    }
-    if scope:
-        request["scope"] = scope
-    if budget:
-        request["budget"] = budget
-    if session_id:
-        request["session_id"] = session_id
+    call = RunCall.from_params(locals())
     try:
-        ws = _workspace(workspace)
-        router = Router(config_dir_for(pipeline, config_dir), ws)
-        result = anyio.run(router.run, pipeline, request)
+        roots, ref, target = call.locate(Path.cwd(), os.environ)
+        router = Router(ref.path, _workspace(roots), config_source=ref.source)
+        result = anyio.run(router.run, target, call.request)
     except EngineError as exc:
-        _fail(exc)
-        return
-    out_fmt = fmt if fmt in ("json", "markdown", "toon") else "json"
-    typer.echo(render(result.response, out_fmt))
-    sys.stdout.flush()
+        reply = error_reply(exc)
+        emit(reply.stdout, reply.stderr)
+        raise typer.Exit(reply.code) from None
+    reply = answer_reply(result.response, result.exit_code, call.fmt)
+    emit(reply.stdout, reply.stderr)
     try:
         router.flush(timeout_s=10.0)  # after the answer is out: events, cache rows, DuckDB ingest
     finally:
         anyio.run(router.aclose)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(reply.code)
 
 
 @app.command()
@@ -127,7 +119,7 @@ def index(
     workspace: WorkspaceOpt = None,
     config_dir: ConfigDirOpt = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="Index only these experts.")] = None,
-    fmt: FormatOpt = "table",
+    fmt: TableFormatOpt = "text",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
 ) -> None:
@@ -136,31 +128,23 @@ def index(
 
     try:
         ws = _workspace(workspace)
-        cfg = load_config(config_dir or _default_config_dir())
+        ref = config_ref(config_dir, workspace)
+        cfg = load_config(ref.path)
         if watch_:
 
             def report(rs: list[Any]) -> None:
                 typer.echo(" ".join(f"{r.name}:+{r.added}/-{r.removed}" for r in rs if r.added or r.removed))
 
             try:
-                watch(
-                    ws, lambda: load_config(config_dir or _default_config_dir()), interval_s=interval, on_change=report
-                )
+                watch(ws, lambda: load_config(ref.path), interval_s=interval, on_change=report)
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=fmt != "json")
+        reports = index_workspace(ws, cfg, only=only, progress=fmt == "text")
     except EngineError as exc:
         _fail(exc)
         return
-    if fmt == "json":
-        typer.echo(json.dumps([r.to_dict() for r in reports], indent=2))
-    else:
-        for r in reports:
-            d = r.to_dict()
-            typer.echo(
-                f"{d['index']:<10} +{d['added_or_changed']} -{d['removed']} ={d['unchanged']} "
-                f"units={d['units']} {d['seconds']}s"
-            )
+    rows = [r.to_dict() for r in reports]
+    typer.echo(render_table(rows, INDEX_COLUMNS, fmt))
 
 
 @app.command()
@@ -179,9 +163,11 @@ def serve(
     from .serve import serve as run_server
 
     try:
+        ref = config_ref(config_dir, workspace)
         run_server(
-            (config_dir or _default_config_dir()).resolve(),
+            ref.path,
             _workspace(workspace),
+            config_source=ref.source,
             transport=transport,
             host=host,
             port=port,
@@ -194,37 +180,30 @@ def serve(
 
 
 @app.command()
-def validate(config_dir: ConfigDirOpt = None) -> None:
-    """Validate experts.yaml, priors.yaml and every pipeline graph; report file, path and reason."""
+def validate(config_dir: ConfigDirOpt = None, workspace: WorkspaceOpt = None) -> None:
+    """Validate experts.yaml, priors.yaml and every pipeline graph; report file, line, path and reason."""
     from .graph import build_graph
 
     try:
-        cfg = load_config(config_dir or _default_config_dir())
+        ref = config_ref(config_dir, workspace)
+        cfg = load_config(ref.path)
         for spec in cfg.pipelines.values():
             build_graph(spec, cfg)
     except EngineError as exc:
         _fail(exc)
         return
+    typer.echo(f"config {ref.path} ({ref.source})")
     for _name, spec in sorted(cfg.pipelines.items()):
         typer.echo(f"ok  {spec.file.name:<24} config_version={cfg.config_version(spec)}")
 
 
 @app.command()
-def schema(
-    which: Annotated[
-        str, typer.Argument(help="request | response | receipt | experts | priors | classifier | pipeline")
-    ],
-) -> None:
+def schema(which: Annotated[str, typer.Argument(help=" | ".join(SCHEMAS))]) -> None:
     """Print one of the JSON Schemas every request, answer, receipt and config file validates against
     (self-contained: the schemas it references are bundled under ``$defs``)."""
-    try:
-        typer.echo(json.dumps(bundled_schema(which), indent=2, ensure_ascii=False))
-    except FileNotFoundError:
-        _fail(
-            SpecError(
-                f"unknown schema {which!r}; choose request, response, receipt, experts, priors, classifier, pipeline"
-            )
-        )
+    if which not in SCHEMAS:
+        _fail(SpecError(f"unknown schema {which!r}; choose {', '.join(SCHEMAS)}"))
+    typer.echo(json.dumps(bundled_schema(which), indent=2, ensure_ascii=False))
 
 
 @app.command()
@@ -232,7 +211,7 @@ def diff(
     a: Annotated[str, typer.Argument(help="Config folder or git revision")],
     b: Annotated[str, typer.Argument(help="Config folder or git revision")],
     repo: Annotated[Path, typer.Option(help="Repo to read revisions from")] = Path("."),
-    fmt: FormatOpt = "text",
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Compare two config sets semantically: priors, experts, pipeline nodes and edges, both hashes."""
     from .diff import diff_configs, format_diff
@@ -246,20 +225,26 @@ def diff(
 
 
 @app.command()
-def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt: FormatOpt = "text") -> None:
+def doctor(workspace: WorkspaceOpt = None, config_dir: ConfigDirOpt = None, fmt: TableFormatOpt = "text") -> None:
     """Check binaries, projects, data dir, signing key, store, config, pipelines and every expert's index."""
     from .doctor import run_doctor
 
-    checks = run_doctor(_workspace(workspace), config_dir or _default_config_dir())
-    if fmt == "json":
-        typer.echo(json.dumps(checks, indent=2, default=str))
-    else:
+    try:
+        ws, ref = _workspace(workspace), config_ref(config_dir, workspace)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    checks = run_doctor(ws, ref.path)
+    if fmt == "text":
         for c in checks:
             status = "FAIL" if not c["ok"] else "WARN" if c.get("warn") else "ok  "
             detail = c["detail"]
             if isinstance(detail, list) and c.get("warn"):
                 detail = "".join(f"\n       {d}" for d in detail)
             typer.echo(f"{status} {c['check']:<28} {detail}")
+    else:
+        rows = [{**c, "status": "fail" if not c["ok"] else "warn" if c.get("warn") else "ok"} for c in checks]
+        typer.echo(render_table(rows, ("status", "check", "detail"), fmt, data=checks))
     raise typer.Exit(0 if all(c["ok"] for c in checks) else 1)
 
 
@@ -283,16 +268,18 @@ def tune(
         bool,
         typer.Option("--confidence", help="Fit the confidence model (priors.yaml confidence) from eval runs instead"),
     ] = False,
-    fmt: FormatOpt = "text",
+    fmt: TableFormatOpt = "text",
 ) -> None:
     """Propose per-class expert priors from measured single-expert quality, or (``--rerank``) fit the
     rerank node's weights on eval runs of dev splits (review with `engine diff`)."""
     from .tune import tune as run_tune
     from .tune import tune_confidence_file, tune_rerank_file
 
+    if (rerank or confidence) and fmt not in ("text", "json"):  # nested reports: no table form
+        _fail(SpecError(f"--format {fmt} is not offered with --rerank / --confidence; use text or json"))
     if confidence:
         try:
-            report = tune_confidence_file(metrics, config_dir or _default_config_dir(), out=out)
+            report = tune_confidence_file(metrics, config_ref(config_dir, None).path, out=out)
         except EngineError as exc:
             _fail(exc)
             return
@@ -300,7 +287,7 @@ def tune(
         return
     if rerank:
         try:
-            rows = tune_rerank_file(metrics, config_dir or _default_config_dir(), out=out)
+            rows = tune_rerank_file(metrics, config_ref(config_dir, None).path, out=out)
         except EngineError as exc:
             _fail(exc)
             return
@@ -316,12 +303,12 @@ def tune(
                 typer.echo(f"{'':<20}{run}: {before:.4f} → {after:.4f}")
         return
     try:
-        rows = run_tune(metrics, config_dir or _default_config_dir(), metric=metric, min_queries=min_queries, out=out)
+        rows = run_tune(metrics, config_ref(config_dir, None).path, metric=metric, min_queries=min_queries, out=out)
     except EngineError as exc:
         _fail(exc)
         return
-    if fmt == "json":
-        typer.echo(json.dumps(rows, indent=2))
+    if fmt != "text":
+        typer.echo(render_table(rows, ("class", "expert", "old", "new", "ratio", "queries"), fmt))
         return
     for r in rows:
         typer.echo(
@@ -330,203 +317,9 @@ def tune(
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# engine eval SUITE | engine eval compare BASE NEW | engine bench   (work happens in engine/evaluation)
-
-
-class _EvalGroup(TyperGroup):
-    """``engine eval SUITE`` runs a suite and ``engine eval compare A B`` compares two runs. Click
-    parses a group's own arguments before its subcommand name, so a first word that is not a
-    subcommand is routed to the ``run`` subcommand instead (``engine eval run SUITE`` works too)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: click's Context (typer vendors click)
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
-            args = ["run", *args]
-        return super().parse_args(ctx, args)
-
-
-eval_app = typer.Typer(
-    cls=_EvalGroup,
-    no_args_is_help=True,
-    help="Evaluate the router on a BEIR suite (`engine eval SUITE`) or compare two runs.",
-)
 app.add_typer(eval_app, name="eval")
-ReportFmt = Annotated[str, typer.Option("--format", "-f", help="markdown (table) | json")]
-
-
-@eval_app.command("run")
-def eval_run(
-    suite: Annotated[Path, typer.Argument(help="Suite folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")],
-    split: Annotated[str, typer.Option(help="qrels split")] = "test",
-    workspace: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--workspace",
-            "-w",
-            help="Search this live workspace (repeatable) instead of the suite's corpus; qrels name <project>/<path>.",
-        ),
-    ] = None,
-    arms: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma list: router, any expert id, bm25-peer. Default: router, each expert it can select, bm25-peer."
-        ),
-    ] = None,
-    limit_queries: Annotated[int | None, typer.Option("--limit-queries", help="First N queries only")] = None,
-    request_limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit",
-            min=1,
-            help="Items each question asks for, like `engine run --limit` (default: enough for 10 distinct files)",
-        ),
-    ] = None,
-    budget_ms: Annotated[
-        int | None, typer.Option("--budget-ms", min=1, help="budget.latency_ms of every question (a budget sweep)")
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default: <cache-dir>/runs/<suite>-<time>)")] = None,
-    config_dir: ConfigDirOpt = None,
-    pipeline: Annotated[str, typer.Option(help="Pipeline name or file")] = "router",
-    cache_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--cache-dir",
-            help="Eval home: snapshots, arm configs, store (default $ENGINE_EVAL_HOME or ~/.cache/engine-eval)",
-        ),
-    ] = None,
-    doc_ext: Annotated[str, typer.Option("--doc-ext", help="Extension for docs that name no file path")] = ".py",
-    intent_from_class: Annotated[
-        bool, typer.Option("--intent-from-class", help="Pass each query's gold class as the request intent")
-    ] = False,
-    warmup: Annotated[
-        bool,
-        typer.Option(
-            "--warmup/--no-warmup",
-            help="One untimed question per snapshot and arm first (Router start-up is not a per-question cost)",
-        ),
-    ] = True,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-    drop_unreturnable: Annotated[
-        bool,
-        typer.Option(
-            "--drop-unreturnable",
-            help="--workspace: score without gold files the engine cannot return (e.g. withheld by the secrets "
-            "policy) instead of refusing; report.md lists them",
-        ),
-    ] = False,
-    fmt: ReportFmt = "markdown",
-) -> None:
-    """Run every arm over the suite; write metrics.json, TREC runs, report.md and store rows."""
-    from .evaluation.report import write_run
-    from .evaluation.runner import EvalOptions, run_eval
-
-    opts = EvalOptions(
-        suite=suite,
-        config_dir=config_dir or _default_config_dir(),
-        split=split,
-        arms=arms.split(",") if arms else None,
-        limit_queries=limit_queries,
-        request_limit=request_limit,
-        budget_ms=budget_ms,
-        out=out,
-        home=cache_dir,
-        pipeline=pipeline,
-        doc_ext=doc_ext,
-        intent_from_class=intent_from_class,
-        warmup=warmup,
-        progress=progress,
-        workspace=workspace or None,
-        drop_unreturnable=drop_unreturnable,
-    )
-    try:
-        run_dir, metrics = write_run(run_eval(opts))
-    except EngineError as exc:  # SuiteError and unknown arms are EvalError (exit 2)
-        _fail(exc)
-        return
-    if fmt == "json":
-        typer.echo(json.dumps(metrics, indent=1, ensure_ascii=False))
-    else:
-        typer.echo((run_dir / "report.md").read_text())
-    typer.echo(f"run folder: {run_dir}", err=True)
-
-
-@eval_app.command("compare")
-def eval_compare(
-    base: Annotated[Path, typer.Argument(help="metrics.json or run folder of the baseline")],
-    new: Annotated[Path, typer.Argument(help="metrics.json or run folder of the candidate")],
-    latency_floor_ms: Annotated[
-        float, typer.Option("--latency-floor-ms", help="Latency rises smaller than this never count (noise)")
-    ] = 5.0,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
-) -> None:
-    """Exit 1 when NEW regresses BASE (p95 +10 %, p99 +20 %, nDCG@10 or selection F1 -0.05 in any class,
-    receipts below 100 %)."""
-    from .evaluation.compare import compare_paths
-
-    try:
-        checks, warnings = compare_paths(base, new, latency_floor_ms)
-    except EngineError as exc:
-        _fail(exc)
-        return
-    bad = [c for c in checks if c.regression]
-    if fmt == "json":
-        typer.echo(
-            json.dumps({"regressions": len(bad), "warnings": warnings, "checks": [vars(c) for c in checks]}, indent=1)
-        )
-    else:
-        for w in warnings:
-            typer.echo(f"warning: {w}")
-        for c in checks:
-            typer.echo(c.line())
-        typer.echo(f"{len(bad)} regression(s) in {len(checks)} checks")
-    raise typer.Exit(1 if bad else 0)
-
-
-@app.command()
-def bench(
-    workspace: WorkspaceOpt = None,
-    config_dir: ConfigDirOpt = None,
-    questions: Annotated[Path | None, typer.Option(help="One question per line (or JSON lines)")] = None,
-    n_questions: Annotated[int, typer.Option("--n-questions", help="Generated questions when no file")] = 30,
-    rounds: Annotated[int, typer.Option(help="Measured passes over the questions")] = 3,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            help="Index/store here (default: a fresh "
-            "temporary dir, so the cold index build is measured and your index is untouched)",
-        ),
-    ] = None,
-    freshness: Annotated[
-        bool,
-        typer.Option(
-            "--freshness/--no-freshness", help="Save a probe file in the workspace to time save-to-searchable"
-        ),
-    ] = True,
-    fmt: ReportFmt = "markdown",
-) -> None:
-    """Router overhead, per-expert latency, warm end-to-end latency, index throughput, save-to-searchable
-    time and peak RSS on one workspace."""
-    from .evaluation.bench import BenchOptions, bench_table, run_bench
-
-    opts = BenchOptions(
-        workspaces=workspace or [Path.cwd()],
-        config_dir=config_dir or _default_config_dir(),
-        questions_file=questions,
-        n_questions=n_questions,
-        rounds=rounds,
-        data_dir=data_dir,
-        freshness=freshness,
-        progress=fmt != "json",
-    )
-    try:
-        result = run_bench(opts)
-    except EngineError as exc:
-        _fail(exc)
-        return
-    typer.echo(json.dumps(result, indent=1) if fmt == "json" else bench_table(result))
-
-
+app.command()(bench)
+app.add_typer(daemon_app, name="daemon")
 app.add_typer(receipts_app, name="receipts")
 app.add_typer(keys_app, name="keys")
 app.add_typer(store_app, name="store")

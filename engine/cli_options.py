@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
+from .configdir import ConfigRef, resolve_config
 from .errors import EngineError
 from .workspace import Workspace
 
@@ -19,11 +20,22 @@ ConfigDirOpt = Annotated[
     Path | None,
     typer.Option(
         "--config-dir",
-        help="Folder holding experts.yaml, priors.yaml and pipelines/ "
-        "(default: beside the pipeline file's pipelines/ folder).",
+        help="Folder holding experts.yaml, priors.yaml and pipelines/ (default: $ENGINE_CONFIG_DIR, else the "
+        "workspace's .engine.yaml, else the packaged defaults; see docs/config.md).",
     ),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="json | markdown | toon")]
+# One output contract (docs/cli.md): a verb offers exactly the formats it honours; anything else is a
+# usage error (exit 2), never silently ignored. Tables are rendered by engine.render.render_table.
+AnswerFormat = Literal["json", "markdown", "toon"]
+TableFormat = Literal["text", "json", "markdown", "toon"]
+AnswerFormatOpt = Annotated[
+    AnswerFormat,
+    typer.Option("--format", "-f", help="json (the full contract) | markdown (people) | toon (agents: fewest tokens)"),
+]
+TableFormatOpt = Annotated[
+    TableFormat,
+    typer.Option("--format", "-f", help="text (aligned columns) | json | markdown (a table) | toon (legend + rows)"),
+]
 
 
 def fail(exc: EngineError) -> None:
@@ -33,3 +45,9 @@ def fail(exc: EngineError) -> None:
 
 def open_workspace(workspace: list[Path] | None) -> Workspace:
     return Workspace.open(workspace or [Path.cwd()])
+
+
+def config_ref(config_dir: Path | None, workspace: list[Path] | None) -> ConfigRef:
+    """The config folder every verb that reads config uses (engine/configdir.py)."""
+    roots = [Path(w).expanduser().resolve() for w in workspace] if workspace else [Path.cwd()]
+    return resolve_config(config_dir, roots)

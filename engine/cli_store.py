@@ -13,10 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_options import FormatOpt, WorkspaceOpt
+from .cli_options import TableFormatOpt, WorkspaceOpt
 from .cli_options import fail as _fail
 from .cli_options import open_workspace as _workspace
 from .errors import EngineError, ReceiptError
+from .render import render_table
 
 receipts_app = typer.Typer(no_args_is_help=True, help="List, show and verify stored receipts.")
 keys_app = typer.Typer(no_args_is_help=True, help="The signing key and the public keys verification pins.")
@@ -44,9 +45,9 @@ def receipts_list(
     config_version: Annotated[str | None, typer.Option("--config-version")] = None,
     since: Since = None,
     until: Until = None,
-    fmt: FormatOpt = "text",
+    fmt: TableFormatOpt = "text",
 ) -> None:
-    """Newest receipts first, filtered."""
+    """Newest receipts first, filtered: time, class, status, question (truncated), result count, id."""
     from .store import ReceiptQuery, open_store
 
     query = ReceiptQuery(klass, status, pipeline, config_version, since, until, limit)
@@ -55,11 +56,24 @@ def receipts_list(
     except EngineError as exc:
         _fail(exc)
         return
-    if fmt == "json":
-        _echo_json([r.to_dict() for r in rows])
-        return
-    for r in rows:
-        typer.echo(f"{r.receipt_id}  {r.created_at}  {r.pipeline:<28} {r.klass!s:<18} {r.status:<16} {r.result_count}")
+    data = [r.to_dict() for r in rows]
+    if fmt != "json":  # json carries the whole question; tables a line each
+        data = [
+            {**d, "time": d["created_at"][:19], "question": _truncate(d["question"]), "results": d["result_count"]}
+            for d in data
+        ]
+    typer.echo(render_table(data, RECEIPT_COLUMNS, fmt))
+
+
+RECEIPT_COLUMNS = ("time", "class", "status", "question", "results", "pipeline", "receipt_id")
+QUESTION_CHARS = 48
+
+
+def _truncate(question: str | None) -> str | None:
+    if question is None:
+        return None
+    flat = " ".join(question.split())
+    return flat if len(flat) <= QUESTION_CHARS else flat[: QUESTION_CHARS - 1] + "…"
 
 
 @receipts_app.command("show")
@@ -151,14 +165,18 @@ def keys_init(
 
 @keys_app.command("rotate")
 def keys_rotate(workspace: WorkspaceOpt = None) -> None:
-    """Start a new signing key; the old public key stays pinned (retired). Restart servers afterwards."""
+    """Start a new signing key; the old public key stays pinned (retired). The workspace's `engine run`
+    daemons are stopped; restart `engine serve` servers yourself."""
+    from .daemon.client import stop_all
     from .keys import KeyRing
 
     try:
-        old, new = KeyRing(_data_dir(workspace)).rotate()
+        data_dir = _data_dir(workspace)
+        old, new = KeyRing(data_dir).rotate()
     except EngineError as exc:
         _fail(exc)
         return
+    stop_all(data_dir)  # a daemon holds the old key: the next `engine run` starts one with the new
     _echo_json({"retired": old, "current": new})
 
 
@@ -188,10 +206,13 @@ def store_status(workspace: WorkspaceOpt = None) -> None:
 @store_app.command("repair")
 def store_repair(workspace: WorkspaceOpt = None) -> None:
     """Rebuild the store from the spool log: every logged receipt exactly once. The old file is kept aside."""
+    from .daemon.client import stop_all
     from .store import open_store
 
     try:
-        report = open_store(_data_dir(workspace)).repair()
+        data_dir = _data_dir(workspace)
+        stop_all(data_dir)  # a daemon holds the store open: let it finish and go before the file is rebuilt
+        report = open_store(data_dir).repair()
     except EngineError as exc:
         _fail(exc)
         return
@@ -204,7 +225,7 @@ def store_stats(
     since: Since = None,
     until: Until = None,
     arm: Annotated[str | None, typer.Option(help="Only events of this arm (eval), e.g. router")] = None,
-    fmt: FormatOpt = "text",
+    fmt: TableFormatOpt = "text",
 ) -> None:
     """Per expert over a window: calls, p50/p95 latency, timeout and error rates, hit rate."""
     from .store import EventQuery, open_store
@@ -214,13 +235,18 @@ def store_stats(
     except EngineError as exc:
         _fail(exc)
         return
-    if fmt == "json":
-        _echo_json([s.to_dict() for s in stats])
-        return
-    typer.echo(f"{'expert':<14} {'calls':>6} {'p50 ms':>8} {'p95 ms':>8} {'timeout':>8} {'error':>7} {'hit':>6}")
-    for s in stats:
-        hit = "-" if s.hit_rate is None else f"{s.hit_rate:.2f}"
-        typer.echo(
-            f"{s.expert_id:<14} {s.count:>6} {s.p50_ms:>8.1f} {s.p95_ms:>8.1f} "
-            f"{s.timeout_rate:>8.2%} {s.error_rate:>7.2%} {hit:>6}"
-        )
+    rows = [s.to_dict() for s in stats]
+    if fmt == "text":  # people read rounded milliseconds and percentages; the other formats keep the numbers
+        rows = [
+            {
+                **r,
+                **{k: f"{r[k]:.1f}" for k in ("p50_ms", "p95_ms")},
+                **{k: f"{r[k]:.2%}" for k in ("timeout_rate", "error_rate")},
+                "hit_rate": None if r["hit_rate"] is None else f"{r['hit_rate']:.2f}",
+            }
+            for r in rows
+        ]
+    typer.echo(render_table(rows, STATS_COLUMNS, fmt))
+
+
+STATS_COLUMNS = ("expert_id", "count", "p50_ms", "p95_ms", "timeout_rate", "error_rate", "labelled", "hit_rate")

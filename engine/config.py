@@ -47,9 +47,10 @@ def check_experts(cfg: ConfigSet) -> ConfigSet:
         validator = jsonschema.Draft202012Validator(cls.settings_schema)
         errors = sorted(validator.iter_errors(dict(es.settings)), key=lambda e: list(e.absolute_path))
         if errors:
-            err = errors[0]
-            path: list[Any] = ["experts", name, "settings", *err.absolute_path]
-            raise _error(file, path, f"{_reason(err)} (settings of the {es.adapter} adapter)")
+            at, message = spec.error_path(errors[0])
+            path: list[Any] = ["experts", name, "settings", *at]
+            reason = message if at != list(errors[0].absolute_path) else _reason(errors[0])
+            raise _error(file, path, f"{reason} (settings of the {es.adapter} adapter)")
         experts[name] = es if es.freshness is not None else replace(es, freshness=cls.default_freshness())
     return replace(cfg, experts=experts)
 

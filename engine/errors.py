@@ -71,8 +71,21 @@ class SchemaError(SpecError):
 
 
 class GraphError(SpecError):
-    def __init__(self, message: str, *, pipeline: str, node_id: str | None = None) -> None:
-        super().__init__(f"{pipeline}: {message}", pipeline=pipeline, node_id=node_id)
+    """A pipeline graph that cannot run; ``file``, ``line`` and ``path`` locate the node or field at fault."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        pipeline: str,
+        node_id: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        where = (file or pipeline) + (f":{line}" if line else "") + (f" at {path}" if path else "")
+        super().__init__(f"{where}: {message}", pipeline=pipeline, node_id=node_id, file=file, line=line, path=path)
+        self.file, self.line, self.path = file, line, path
 
 
 class EvalError(EngineError):

@@ -14,7 +14,7 @@ import networkx as nx
 
 from .errors import GraphError
 from .nodes import NODE_KINDS, Node
-from .spec import ConfigSet, PipelineSpec
+from .spec import ConfigSet, PipelineSpec, graph_error, line_of
 
 
 @dataclass(frozen=True)
@@ -39,41 +39,43 @@ class PipelineGraph:
 
 
 def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
-    name = spec.file.name
     g = nx.DiGraph()
     nodes: dict[str, Node] = {}
-    for n in spec.nodes:
+    for i, n in enumerate(spec.nodes):
         if n.id in nodes:
-            raise GraphError(f"duplicate node id {n.id!r}", pipeline=name, node_id=n.id)
+            # graph_error locates the first node of that id: point at this one instead
+            line = line_of(spec.file, ["nodes", i, "id"])
+            raise GraphError(
+                f"duplicate node id {n.id!r}",
+                pipeline=spec.file.name,
+                node_id=n.id,
+                file=str(spec.file),
+                line=line,
+                path=f"nodes/{i}/id",
+            )
         cls = NODE_KINDS.get(n.kind)
         if cls is None:
-            raise GraphError(
-                f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}",
-                pipeline=name,
-                node_id=n.id,
+            raise graph_error(
+                spec, f"node {n.id!r} has unknown kind {n.kind!r}; known kinds: {sorted(NODE_KINDS)}", n.id, "kind"
             )
         nodes[n.id] = cls(n)
         g.add_node(n.id)
     for n in spec.nodes:
-        for dep in n.after:
+        for j, dep in enumerate(n.after):
             if dep not in nodes:
-                raise GraphError(
-                    f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}",
-                    pipeline=name,
-                    node_id=n.id,
-                )
+                message = f"node {n.id!r} runs after unknown node {dep!r}; nodes: {sorted(nodes)}"
+                raise graph_error(spec, message, n.id, "after", j)
             g.add_edge(dep, n.id)
     if not nx.is_directed_acyclic_graph(g):
         cycle = nx.find_cycle(g)
-        raise GraphError(f"pipeline has a cycle: {' → '.join(a for a, _ in cycle)} → {cycle[0][0]}", pipeline=name)
+        message = f"pipeline has a cycle: {' → '.join(a for a, _ in cycle)} → {cycle[0][0]}"
+        raise graph_error(spec, message, cycle[0][0], "after")
     for node_id, node in nodes.items():
         upstream_kinds = {nodes[a].kind for a in nx.ancestors(g, node_id)}
         missing = [k for k in node.requires if k not in upstream_kinds]
         if missing and not (node.kind == "classify"):
-            raise GraphError(
-                f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream",
-                pipeline=name,
-                node_id=node_id,
+            raise graph_error(
+                spec, f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream", node_id
             )
         node.validate(config, spec)
     return PipelineGraph(spec, g, nodes)

@@ -47,9 +47,10 @@ def receipt_line(receipt: dict[str, Any]) -> str:
         for n, e in receipt.get("per_expert", {}).items()
     )
     c = receipt.get("classifier", {})
+    source = f"({receipt['config']['source']})" if "config" in receipt else ""
     return (
         f"receipt {receipt['receipt_id']} status={receipt['status']} class={c.get('class')}"
-        f"{'(abstained)' if c.get('abstained') else ''} config={receipt['config_version'][:12]} "
+        f"{'(abstained)' if c.get('abstained') else ''} config={receipt['config_version'][:12]}{source} "
         f"cache={'hit' if receipt.get('cache', {}).get('hit') else 'miss'} "
         f"spent={receipt['budget']['spent']['latency_ms']:.0f}ms experts: {experts or '-'}"
     )
@@ -109,3 +110,42 @@ def render(response: dict[str, Any], fmt: str) -> str:
     if fmt == "toon":
         return to_toon(response)
     return json.dumps(response, ensure_ascii=False, indent=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# records (every verb that prints a list: index, receipts list, store stats, doctor, tune)
+
+TABLE_FORMATS = ("text", "json", "markdown", "toon")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def render_table(rows: list[dict[str, Any]], columns: tuple[str, ...], fmt: str, data: Any = None) -> str:
+    """Records in one of :data:`TABLE_FORMATS`, the same contract for every verb.
+
+    ``text``: aligned columns under a header (people at a terminal); ``json``: ``data`` (default:
+    the rows) in full, indented; ``markdown``: a table; ``toon``: one legend line then one packed
+    row per record, like an answer's toon. Rows keep every column, whatever the format.
+    """
+    if fmt == "json":
+        return json.dumps(rows if data is None else data, indent=2, ensure_ascii=False, default=str)
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    if fmt == "toon":
+        return "\n".join([f"#toon rows[{len(rows)}]{{{','.join(columns)}}}", *("|".join(map(_esc, c)) for c in cells)])
+    if fmt == "markdown":
+        md = [f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+        md += ["| " + " | ".join(v.replace("|", "\\|").replace("\n", " ") for v in c) + " |" for c in cells]
+        return "\n".join(md)
+    if fmt != "text":
+        raise ValueError(f"unknown table format {fmt!r}")
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(columns)]
+    lines = [[h.upper() for h in columns], *cells]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines)

@@ -103,16 +103,22 @@ class Router:
         arm: str = "router",
         store: Store | None = None,
         keys: KeyRing | None = None,
+        config_source: str = "api",
     ) -> None:
         """``arm`` labels this router's benchmark events (eval runs one Router per arm); ``store``
-        and ``keys`` let several routers (one per eval snapshot) share one store and its key."""
+        and ``keys`` let several routers (one per eval snapshot, or per config folder in the CLI
+        daemon) share one store and its key; ``config_source`` says why ``config_dir`` was chosen
+        (engine/configdir.py) and is named in every receipt."""
         self.config_dir = config_dir.resolve()
+        self.config_source = config_source
         self.workspace = workspace
         self.arm = arm
         self.store = store if store is not None else open_store(workspace.data_dir)
         self.receipt_log = ReceiptLog(self.store, keys if keys is not None else KeyRing(workspace.data_dir))
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._loaded: _Loaded | None = None
+        #: why the files on disk are not the config serving (a rejected edit); None when they are
+        self.reload_error: SpecError | None = None
         self._after: list[BenchmarkEvent | CacheEntry | _NewVersion] = []
         self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
@@ -156,15 +162,17 @@ class Router:
         if self._loaded is not None and self._loaded.stamp == stamp:
             return self._loaded
         try:
-            cfg = load_config(self.config_dir)
+            cfg = dataclasses.replace(load_config(self.config_dir), source=self.config_source)
             graphs = {name: build_graph(spec, cfg) for name, spec in cfg.pipelines.items()}
         except SpecError as exc:
             if self._loaded is None:
                 raise
             log.error("config reload rejected, still serving config %s: %s", self._loaded.config.root, exc.message)
             self._loaded.stamp = stamp  # do not retry until the files change again
+            self.reload_error = exc
             return self._loaded
         self._loaded = _Loaded(cfg, stamp, graphs)
+        self.reload_error = None
         self.pool.sync(cfg)
         return self._loaded
 
@@ -221,7 +229,11 @@ class Router:
 
     def cached_answer(self, key: str) -> CachedAnswer | None:
         try:
-            hit = self._memo_get(key) or self.store.cache_get(key)
+            hit = self._memo_get(key)
+            if hit is None:
+                hit = self.store.cache_get(key)
+                if hit is not None:  # a long-lived router (serve, the CLI daemon) reads the store once per key
+                    self._remember(hit)
         except StoreError as exc:  # a damaged store is a cache miss, never a lost answer
             log.warning("store: %s", exc.message)
             return None
@@ -367,10 +379,13 @@ class Router:
             entry = CacheEntry(
                 key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S
             )
-            self._memo[key] = (entry.expires_at, entry)
-            while len(self._memo) > MEMO_SIZE:
-                self._memo.pop(next(iter(self._memo)))
+            self._remember(entry)
             self._after.append(entry)
+
+    def _remember(self, entry: CacheEntry) -> None:
+        self._memo[entry.key] = (entry.expires_at, entry)
+        while len(self._memo) > MEMO_SIZE:
+            self._memo.pop(next(iter(self._memo)))
 
     def _memo_get(self, key: str) -> CacheEntry | None:
         entry = self._memo.get(key)

@@ -279,6 +279,7 @@ def make_server(
     default_format: str = DEFAULT_FORMAT,
     max_chars: int = MAX_RESULT_CHARS,
     on_open: Callable[[RouterTools | None], None] | None = None,
+    config_source: str = "api",
 ) -> Any:
     """The MCP server; its lifespan owns the Router, the flusher task and their shutdown.
     ``on_open`` hears of the tool app once it is open (and ``None`` when it closes): the web UI
@@ -286,7 +287,7 @@ def make_server(
 
     @asynccontextmanager
     async def open_app() -> AsyncIterator[RouterTools]:
-        router = Router(config_dir, workspace)
+        router = Router(config_dir, workspace, config_source=config_source)
         router.config()  # a broken config fails at start, loudly
         tools = RouterTools(router, default_format=default_format, max_chars=max_chars)
         try:
@@ -325,6 +326,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     token: str | None = None,
+    config_source: str = "api",
 ) -> None:
     """Run the server until stdin closes (stdio) or it is interrupted (http)."""
     if transport not in ("stdio", "http"):
@@ -337,12 +339,15 @@ def serve(
             f"binding {host} (not loopback) requires --token; every request must then carry "
             "'Authorization: Bearer <token>'"
         )
+
     if transport == "stdio":
-        anyio.run(run_stdio, make_server(config_dir, workspace))
+        anyio.run(run_stdio, make_server(config_dir, workspace, config_source=config_source))
         return
     from .ui import ui_app  # the pages (docs/ui.md): only the HTTP transport serves them
 
     opened: list[RouterTools | None] = [None]
-    server = make_server(config_dir, workspace, on_open=lambda tools: opened.__setitem__(0, tools))
+    server = make_server(
+        config_dir, workspace, config_source=config_source, on_open=lambda tools: opened.__setitem__(0, tools)
+    )
     pages = ui_app(lambda: opened[0], token=token, loopback=is_loopback(host))
     anyio.run(lambda: run_http(server, host=host, port=port, token=token, pages=pages))

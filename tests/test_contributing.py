@@ -90,7 +90,7 @@ def test_a_typo_in_the_walkthrough_settings_fails_validation(todo_adapter: Path,
     (config_dir / "experts.yaml").write_text(text)
     with pytest.raises(SchemaError) as err:
         load_config(config_dir)
-    assert err.value.path == "experts/todo/settings" and "'marker'" in err.value.message
+    assert err.value.path == "experts/todo/settings/marker" and "unknown key 'marker'" in err.value.message
 
 
 def test_the_walkthrough_module_is_lint_clean(todo_adapter: Path) -> None:

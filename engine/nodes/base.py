@@ -56,7 +56,7 @@ from ..errors import EngineError, GraphError
 from ..experts.base import Expert
 from ..index.build import Heads
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
-from ..spec import ConfigSet, NodeSpec, PipelineSpec
+from ..spec import ConfigSet, NodeSpec, PipelineSpec, graph_error
 from ..types import Classification, ExpertOutcome, Query, Request
 from ..workspace import Workspace
 
@@ -199,9 +199,11 @@ class Node(ABC):
     async def run(self, state: RunState) -> Directive | None:
         """Do this node's part of the run, reading and writing only the fields of ``state`` it owns."""
 
-    def invalid(self, pipeline: PipelineSpec, message: str) -> GraphError:
-        """The error for a bad setting of this node, naming the pipeline file and the node."""
-        return GraphError(f"node {self.id!r} ({self.kind}): {message}", pipeline=pipeline.file.name, node_id=self.id)
+    def invalid(self, pipeline: PipelineSpec, message: str, *setting: Any) -> GraphError:
+        """The error for a bad setting of this node, naming the pipeline file, the line of the node
+        (of ``settings/<setting…>`` when given, e.g. ``"routes", "docs"``) and the node."""
+        field = ("settings", *setting) if setting else ()
+        return graph_error(pipeline, f"node {self.id!r} ({self.kind}): {message}", self.id, *field)
 
     def _check_experts(self, names: Iterable[str] | None, config: ConfigSet, pipeline: PipelineSpec, key: str) -> None:
         for name in names or ():
@@ -209,6 +211,7 @@ class Node(ABC):
                 raise self.invalid(
                     pipeline,
                     f"settings.{key} names unknown expert {name!r}; experts.yaml defines {sorted(config.experts)}",
+                    key,
                 )
 
 

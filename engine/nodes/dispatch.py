@@ -22,17 +22,19 @@ class DispatchNode(Node):
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
         routes = self.settings.get("routes")
         if not isinstance(routes, dict) or not routes:
-            raise self.invalid(pipeline, "needs settings.routes: {class: pipeline}")
+            raise self.invalid(pipeline, "needs settings.routes: {class: pipeline}", "routes")
         targets = [*routes.items(), ("default", self.settings.get("default"))]
         for klass, target in targets:
             if klass != "default" and klass not in CLASSES:
-                raise self.invalid(pipeline, f"settings.routes names unknown class {klass!r}; classes: {list(CLASSES)}")
+                message = f"settings.routes names unknown class {klass!r}; classes: {list(CLASSES)}"
+                raise self.invalid(pipeline, message, "routes", klass)
             if target is None and klass == "default":
                 raise self.invalid(pipeline, "needs settings.default")
-            if target not in config.pipelines or target == pipeline.name:
+            if not isinstance(target, str) or target not in config.pipelines or target == pipeline.name:
                 raise self.invalid(
                     pipeline,
                     f"route {klass} → {target!r} is not another pipeline; pipelines: {sorted(config.pipelines)}",
+                    *(("default",) if klass == "default" else ("routes", klass)),
                 )
 
     async def run(self, state: RunState) -> RunPipeline:

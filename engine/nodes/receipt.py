@@ -29,6 +29,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "request_hash": req.hash(),
         "request": req.to_dict(),
         "config_version": state.config_version,
+        "config": {"path": str(state.config.root), "source": state.config.source},
         "pipeline": " → ".join(state.pipelines_run) or state.pipeline.name,
         "classifier": c.to_dict() if c else {"class": None, "confidence": 0.0, "rule": "not-run", "abstained": False},
         "experts_selected": {

@@ -202,7 +202,8 @@ class DuckDBStore:
     def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
         where, params = receipt_where(query)
         sql = (
-            "SELECT receipt_id, created_at, pipeline, class, status, result_count, config_version, request_hash "
+            "SELECT receipt_id, created_at, pipeline, class, status, result_count, config_version, request_hash, "
+            "json_extract_string(body, '$.request.question') "
             f"FROM receipts{where} ORDER BY created_at DESC, receipt_id"
         )
         if query.limit is not None:

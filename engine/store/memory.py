@@ -173,6 +173,7 @@ class MemoryStore:
                 c["result_count"],
                 c["config_version"],
                 c["request_hash"],
+                _question(s.body),
             )
             out.append((summary, s.body or {}))
         out.sort(key=lambda r: r[0].receipt_id)
@@ -291,3 +292,9 @@ class MemoryStore:
 
     def close(self) -> None:
         return None
+
+
+def _question(body: dict[str, Any] | None) -> str | None:
+    request = (body or {}).get("request")
+    question = request.get("question") if isinstance(request, dict) else None
+    return question if isinstance(question, str) else None

@@ -99,6 +99,7 @@ class ReceiptSummary(_Record):
     result_count: int
     config_version: str
     request_hash: str
+    question: str | None = None  # from the signed body's request (None when the body is unreadable)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

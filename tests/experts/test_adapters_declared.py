@@ -36,7 +36,8 @@ def _line_of(config_dir: Path, needle: str) -> int:
     "name,settings,path,reason",
     [
         ("ripgrep", {"max_count_per_file": "many"}, "experts/ripgrep/settings/max_count_per_file", "not of type"),
-        ("bm25", {"stored_chars": 1200, "stored_char": 5}, "experts/bm25/settings", "stored_char"),
+        # an unknown key is reported at that key (it was reported at the settings mapping)
+        ("bm25", {"stored_chars": 1200, "stored_char": 5}, "experts/bm25/settings/stored_char", "unknown key"),
         ("semantic", {"model": "gpt-9"}, "experts/semantic/settings/model", "is not one of"),
         ("semantic", {"max_len": 4096}, "experts/semantic/settings/max_len", "maximum"),
         ("git", {"max_commits": 0}, "experts/git/settings/max_commits", "minimum"),
@@ -53,7 +54,10 @@ def test_bad_settings_fail_at_load_with_file_line_and_path(
     assert e.file.endswith("experts.yaml") and e.path == path and reason in e.message
     key = path.split("/")[-1]
     expected = _line_of(config_dir, f"{key}:" if key != "settings" else f"  {name}:")
-    assert e.line is not None and e.line >= expected  # the line of the offending value (or its mapping)
+    if key != "settings":  # the line of the offending key itself
+        assert e.line == expected
+    else:  # a rule about the whole mapping: the settings key's line, below the expert's
+        assert e.line is not None and e.line > expected
     assert e.exit_code == 2
 
 
