@@ -143,6 +143,14 @@ def index(
     fmt: FormatOpt = "table",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background/--wait",
+            help="Embeddings (semantic) catch up in a background process once the other indexes are "
+            "searchable (default), or wait for every index.",
+        ),
+    ] = True,
 ) -> None:
     """Build or update every index-backed expert's index, incrementally (content hashes)."""
     from .indexing import index_workspace, watch
@@ -161,7 +169,7 @@ def index(
                 )
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=fmt != "json")
+        reports = index_workspace(ws, cfg, only=only, progress=fmt != "json", background=background)
     except EngineError as exc:
         _fail(exc)
         return
@@ -170,6 +178,13 @@ def index(
     else:
         for r in reports:
             d = r.to_dict()
+            bg = d.get("background")
+            if bg:
+                typer.echo(
+                    f"{d['index']:<10} {bg['files_pending']} files embedding in the background (pid {bg['pid']}); "
+                    f"answers say partial until done; log {bg['log']}; `engine index --wait` waits for it"
+                )
+                continue
             typer.echo(
                 f"{d['index']:<10} +{d['added_or_changed']} -{d['removed']} ={d['unchanged']} "
                 f"units={d['units']} {d['seconds']}s"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ExpertUnavailable, ExpertUnconfigured
+from ..index.build import UnitProgress
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..index.tokenize import code_tokens
@@ -82,11 +83,12 @@ class TantivyIndexer:
         self._index = tantivy.Index(_schema(), path=str(tdir))
         self._writer = self._index.writer(heap_size=128_000_000, num_threads=1)
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         import tantivy
 
         n = 0
         for f, data in files:
+            before = n
             self._writer.delete_documents_by_term("key", f.key)
             for c in chunk_file(f.path, data):
                 symbol = " ".join([c.symbol or ""] * self.symbol_weight)
@@ -105,6 +107,8 @@ class TantivyIndexer:
                     )
                 )
                 n += 1
+            if progress:
+                progress(n - before)
         return n
 
     def remove(self, keys: list[str]) -> None:

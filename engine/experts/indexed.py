@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from ..index.build import changed_since_indexed, freshness
+from ..index.build import Indexer, changed_since_indexed, freshness
 from ..types import Evidence, Project, Query
 from .base import Expert, expert_errors
 
@@ -34,6 +34,10 @@ class IndexedExpert(Expert):
     def stale_flags(self, project: Project, path: str) -> tuple[str, ...]:
         """``(STALE,)`` when the file changed since this index saw it, else ``()``."""
         return (STALE,) if changed_since_indexed(self.manifest_path, project, path) else ()
+
+    @abstractmethod
+    def indexer(self) -> Indexer:
+        """A fresh writer of this expert's index (``engine index`` opens, fills and closes it)."""
 
     @abstractmethod
     def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:

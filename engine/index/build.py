@@ -6,16 +6,23 @@ An index-backed expert returns an :class:`Indexer` from ``indexer()``::
         indexer_id: str                 # changes when the index format/model changes → full rebuild
         manifest_path: Path
         def open(self) -> None          # heavy set-up (model load, index open)
-        def add(self, files: list[tuple[SourceFile, bytes]]) -> int   # idempotent per file key; returns units added
+        def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int
+                                        # idempotent per file key; returns units added; may call
+                                        # progress(units_just_done) while it works (slow indexes do)
         def remove(self, keys: list[str]) -> None
         def commit(self) -> None        # durable after this returns
         def close(self) -> None
 
 One scan of the workspace (hashes reused when size+mtime are unchanged) is diffed against each
-index's own manifest: only added or changed files are processed, deleted ones dropped. Work
-goes in batches; after each batch the index commits and then its manifest is saved, so an
-interrupted run loses at most one batch and the next run resumes from there (``add`` is
-idempotent per file key, so a batch committed but not yet in the manifest is simply redone).
+index's own manifest: only added or changed files are processed, deleted ones dropped. Files go
+to ``add`` in small groups (so progress moves), and the index commits every ``batch_files`` files
+or ``commit_s`` seconds, whichever comes first, then its manifest is saved: an interrupted run
+loses at most one commit's worth and the next run resumes from there (``add`` is idempotent per
+file key, so files committed but not yet in the manifest are simply redone).
+
+Locks: one indexing run per data dir holds ``index.lock`` for the scan and the fast indexes; a
+slow index (embeddings) has its own lock, ``index.<name>.lock``, held by whoever writes it (a
+foreground run or the background catch-up, :mod:`engine.index.background`). Readers take none.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,7 +43,9 @@ from typing import Any, Protocol
 from ..types import Project
 from ..workspace import Workspace
 from .files import SourceFile, read_indexable, scan
-from .manifest import Manifest
+from .manifest import CatchUp, Manifest
+
+CATCHUP_FILE = "catchup.json"  # <index dir>/catchup.json: the pending background request
 
 
 class Indexer(Protocol):
@@ -42,7 +53,7 @@ class Indexer(Protocol):
     manifest_path: Path
 
     def open(self) -> None: ...
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int: ...
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int: ...
     def remove(self, keys: list[str]) -> None: ...
     def commit(self) -> None: ...
     def close(self) -> None: ...
@@ -50,6 +61,10 @@ class Indexer(Protocol):
 
 #: progress(indexer_name, done_files, total_files, units_done)
 Progress = Callable[[str, int, int, int], None]
+#: progress(units_just_done), called by an indexer inside ``add``
+UnitProgress = Callable[[int], None]
+ADD_FILES = 16  # files per ``add`` call: small enough that progress moves, big enough to batch embeddings
+COMMIT_S = 10.0  # a slow index commits at least this often, so readers see it grow
 
 
 @dataclass
@@ -76,15 +91,48 @@ class IndexReport:
 
 
 @contextlib.contextmanager
-def index_lock(data_dir: Path) -> Iterator[None]:
-    """One indexing run per data dir at a time (readers never take this lock)."""
+def index_lock(data_dir: Path, name: str | None = None, *, blocking: bool = True) -> Iterator[bool]:
+    """Hold ``index.lock`` (scan + fast indexes) or, with ``name``, ``index.<name>.lock`` (one slow
+    index). Yields False without waiting when ``blocking`` is off and another process holds it.
+    The holder's pid is written into the file (``lock_holder`` reads it). Readers never lock."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "index.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    path = data_dir / (f"index.{name}.lock" if name else "index.lock")
+    with open(path, "a+") as fh:
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+            yield True
         finally:
+            fh.seek(0)
+            fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lock_holder(data_dir: Path, name: str | None = None) -> int | None:
+    """Pid of the live process holding that index lock, or None. Reads the pid the holder wrote
+    (never probes with flock: a probe could make a real writer's non-blocking attempt fail)."""
+    path = data_dir / (f"index.{name}.lock" if name else "index.lock")
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # killed while holding it: the kernel released the lock, the pid stayed
+    except PermissionError:
+        pass  # alive, another user's
+    return pid
 
 
 def read_head(root: Path) -> str | None:
@@ -126,14 +174,27 @@ def scan_workspace(workspace: Workspace) -> dict[str, SourceFile]:
         previous = {k: SourceFile(**v) for k, v in json.loads(cache_path.read_text()).items()}
     current = scan(workspace.projects, previous)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: vars_of(v) for k, v in current.items()}))
-    tmp.replace(cache_path)
+    fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".scan-")  # unique: a background run scans too
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({k: vars_of(v) for k, v in current.items()}, fh)
+    os.replace(tmp, cache_path)
     return current
 
 
 def vars_of(f: SourceFile) -> dict[str, Any]:
     return {"project": f.project, "path": f.path, "size": f.size, "mtime_ns": f.mtime_ns, "sha256": f.sha256}
+
+
+def plan_update(
+    indexer_id: str, manifest: Manifest, current: dict[str, SourceFile], accept: Callable[[SourceFile], bool] | None
+) -> tuple[list[SourceFile], list[str], int]:
+    """(files to (re)index, keys to drop, files unchanged) for one index."""
+    if manifest.indexer_id != indexer_id:  # new model / format: everything is redone
+        manifest = Manifest(manifest.path, indexer_id)
+    wanted = {k: f for k, f in current.items() if accept is None or accept(f)}
+    todo = [f for k, f in sorted(wanted.items()) if manifest.files.get(k, {}).get("sha256") != f.sha256]
+    gone = sorted(k for k in manifest.files if k not in wanted)
+    return todo, gone, len(wanted) - len(todo)
 
 
 def update_index(
@@ -143,22 +204,41 @@ def update_index(
     current: dict[str, SourceFile],
     *,
     batch_files: int = 200,
+    commit_s: float = COMMIT_S,
     progress: Progress | None = None,
+    live: Progress | None = None,
     accept: Callable[[SourceFile], bool] | None = None,
+    generation: int | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current``; commits and saves its manifest per batch."""
+    """Bring one index up to date with ``current``; commits and saves its manifest as it goes.
+
+    ``progress`` is called after each commit (the index is durable up to ``done`` files), ``live``
+    whenever there is news (also from inside ``add``); ``generation`` is the catch-up request this
+    run serves (recorded in the manifest, see :class:`~engine.index.manifest.CatchUp`).
+    """
     started = time.perf_counter()
     manifest = Manifest.load(indexer.manifest_path)
-    if manifest.indexer_id != indexer.indexer_id:  # new model / format: everything is redone
+    if manifest.indexer_id != indexer.indexer_id:
         manifest = Manifest(indexer.manifest_path, indexer.indexer_id)
-    wanted = {k: f for k, f in current.items() if accept is None or accept(f)}
-    todo = [f for k, f in sorted(wanted.items()) if manifest.files.get(k, {}).get("sha256") != f.sha256]
-    gone = sorted(k for k in manifest.files if k not in wanted)
-    report = IndexReport(name, unchanged=len(wanted) - len(todo))
+    todo, gone, unchanged = plan_update(indexer.indexer_id, manifest, current, accept)
+    report = IndexReport(name, unchanged=unchanged)
     roots: dict[str, Project] = {p.name: p for p in workspace.projects}
+    # the catch-up request this run serves; callers that scanned earlier pass the one read before
+    manifest.generation = (
+        CatchUp.load(indexer.manifest_path.parent / CATCHUP_FILE).generation if generation is None else generation
+    )
+    manifest.pending = len(todo)
+    if todo:
+        _save(manifest, workspace)  # readers see "partial" from now on, not after the first commit
+    done = 0
+
+    def tick(units: int) -> None:
+        report.units += units
+        if live:
+            live(name, done, len(todo), report.units)
+
     indexer.open()
     try:
-        manifest.pending = len(todo)
         if gone:
             indexer.remove(gone)
             indexer.commit()
@@ -166,29 +246,44 @@ def update_index(
                 manifest.files.pop(k, None)
             report.removed = len(gone)
             _save(manifest, workspace)
-        for start in range(0, len(todo), batch_files):
-            batch = todo[start : start + batch_files]
+        staged: list[SourceFile] = []
+        dropped: list[str] = []
+        last_commit = time.monotonic()
+        step = max(1, min(ADD_FILES, batch_files))
+        for start in range(0, len(todo), step):
             payload: list[tuple[SourceFile, bytes]] = []
-            unreadable: list[str] = []
-            for f in batch:
+            for f in todo[start : start + step]:
                 data = read_indexable(roots[f.project].root, f.path)
                 if data is None:
-                    unreadable.append(f.key)
+                    dropped.append(f.key)
                 else:
                     payload.append((f, data))
-            if unreadable:
-                indexer.remove(unreadable)
-            report.units += indexer.add(payload) if payload else 0
-            indexer.commit()
-            for f, _ in payload:
-                manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
-            for k in unreadable:
-                manifest.files.pop(k, None)
-            report.added += len(payload)
-            manifest.pending = len(todo) - start - len(batch)
-            _save(manifest, workspace)
-            if progress:
-                progress(name, start + len(batch), len(todo), report.units)
+            if dropped:
+                indexer.remove(dropped)
+            if payload:
+                units_before = report.units
+                added = indexer.add(payload, progress=tick)
+                report.units = units_before + added  # what add() says it added is the truth
+            staged += [f for f, _ in payload]
+            done = start + step if start + step < len(todo) else len(todo)
+            if live:
+                live(name, done, len(todo), report.units)
+            if (
+                len(staged) + len(dropped) >= batch_files
+                or time.monotonic() - last_commit >= commit_s
+                or done == len(todo)
+            ):
+                indexer.commit()
+                for f in staged:
+                    manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
+                for k in dropped:
+                    manifest.files.pop(k, None)
+                report.added += len(staged)
+                manifest.pending = len(todo) - done
+                _save(manifest, workspace)
+                staged, dropped, last_commit = [], [], time.monotonic()
+                if progress:
+                    progress(name, done, len(todo), report.units)
         manifest.pending = 0
         _save(manifest, workspace)
     finally:
@@ -203,22 +298,40 @@ def _save(manifest: Manifest, workspace: Workspace) -> None:
     manifest.save()
 
 
-def freshness(manifest_path: Path, projects: tuple[Project, ...] | list[Project]) -> dict[str, Any]:
-    """The receipt's view of one index: indexed sha vs HEAD per project, and files pending."""
+def _pending(manifest_path: Path) -> tuple[Manifest, int]:
+    """The manifest and how many files it still lacks, counting a catch-up request it has not
+    started on yet (``engine index`` handed the work to a background process a moment ago)."""
     m = Manifest.load(manifest_path)
+    req = CatchUp.load(manifest_path.parent / CATCHUP_FILE)
+    if req.generation > m.generation:
+        return m, max(m.pending, req.files_pending)
+    return m, m.pending
+
+
+def catching_up(manifest_path: Path) -> bool:
+    """Is this index partial (files seen by ``engine index`` but not in it yet)? Two cached stats."""
+    return _pending(manifest_path)[1] > 0
+
+
+def freshness(manifest_path: Path, projects: tuple[Project, ...] | list[Project]) -> dict[str, Any]:
+    """The receipt's view of one index: indexed sha vs HEAD per project, and how far it got."""
+    m, pending = _pending(manifest_path)
     per_project = {}
     for p in projects:
         if not p.is_git:
             continue
         indexed, head = m.heads.get(p.name), read_head(p.root)
         per_project[p.name] = {"indexed_sha": indexed, "head_sha": head, "stale": indexed != head}
-    return {
+    out: dict[str, Any] = {
         "indexed_at": m.updated_at or None,
         "files_indexed": len(m.files),
-        "files_pending": m.pending,
-        "partial": m.pending > 0,
+        "files_pending": pending,
+        "partial": pending > 0,
         "projects": per_project,
     }
+    if pending:  # how far a catching-up index got: share of the files it knows of
+        out["progress"] = round(len(m.files) / (len(m.files) + pending), 3)
+    return out
 
 
 def changed_since_indexed(manifest_path: Path, project: Project, path: str) -> bool | None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..syntax import CODE_LANGUAGES, language_for, tags
+from .build import UnitProgress
 from .files import SourceFile
 from .manifest import Manifest
 
@@ -140,7 +141,7 @@ class SymbolIndexer:
             for table in ("tags", "bases", "names", "files"):
                 self._conn.execute(f"DELETE FROM {table} WHERE fid=?", row)  # noqa: S608 - fixed names
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         """Parse and store each file's tags; a file already stored is replaced (idempotent per key).
 
         Tag ids are assigned here so a whole file goes in with two ``executemany`` calls.
@@ -187,6 +188,8 @@ class SymbolIndexer:
             conn.executemany("INSERT INTO tags VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             conn.executemany("INSERT INTO bases VALUES (?,?,?,?)", bases)
             n += len(found)
+            if progress:
+                progress(len(found))
             if self.with_names:
                 conn.executemany(
                     "INSERT OR IGNORE INTO names VALUES (?,?)", [(m.decode(), fid) for m in set(_IDENT.findall(data))]
