@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterable
 from .catchup import log_path, request, request_path, spawn
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
-from .index.build import IndexReport, index_lock, lock_holder, plan_update, scan_workspace, update_index
+from .index.build import (
+    IndexJob,
+    IndexReport,
+    index_lock,
+    lock_holder,
+    plan_update,
+    scan_workspace,
+    update_index,
+    update_indexes,
+)
 from .index.manifest import CatchUp, Manifest
 from .index.progress import ProgressLine
 from .spec import ConfigSet
@@ -51,11 +60,12 @@ def index_workspace(
             generations = {n: CatchUp.load(request_path(e.manifest_path.parent)).generation for n, e in slow}
             bar.stage("scan", "listing and hashing files")
             current = scan_workspace(ws)
-            # fast indexes first: a slow one (embeddings) must not keep the others stale
-            for name, expert in fast:
-                bar.stage(name, "opening")
-                accept = getattr(expert, "accepts", None)
-                reports.append(update_index(name, expert.indexer(), ws, current, progress=bar, live=bar, accept=accept))
+            # fast indexes first, together (one read and one parse per file for all of them); a slow
+            # one (embeddings) must not keep them stale
+            if fast:
+                bar.stage("+".join(n for n, _ in fast), "opening")
+                jobs = [IndexJob(n, e.indexer(), getattr(e, "accepts", None)) for n, e in fast]
+                reports += update_indexes(jobs, ws, current, progress=bar, live=bar)
             if background:
                 for name, expert in slow:
                     indexer = expert.indexer()

@@ -15,26 +15,25 @@ An index-backed expert returns an :class:`Indexer` from ``indexer()``::
 
 One scan of the workspace (hashes reused when size+mtime are unchanged) is diffed against each
 index's own manifest: only added or changed files are processed, deleted ones dropped. Files go
-to ``add`` in small groups (so progress moves), and the index commits every ``batch_files`` files
-or ``commit_s`` seconds, whichever comes first, then its manifest is saved: an interrupted run
-loses at most one commit's worth and the next run resumes from there (``add`` is idempotent per
-file key, so files committed but not yet in the manifest are simply redone).
+to ``add`` in small groups (so progress moves), and each index commits every ``batch_files``
+files or ``commit_s`` seconds, whichever comes first, then its manifest is saved: an interrupted
+run loses at most one commit's worth and the next run resumes from there (``add`` is idempotent
+per file key, so files committed but not yet in the manifest are simply redone).
 
-Locks: one indexing run per data dir holds ``index.lock`` for the scan and the fast indexes; a
-slow index (embeddings) has its own lock, ``index.<name>.lock``, held by whoever writes it (a
-foreground run or the background catch-up, :mod:`engine.index.background`). Readers take none.
+Several indexes are updated in lockstep (:func:`update_indexes`): each group of files is read
+once and handed to every index that wants it, one after the other, so the syntax analysis of a
+file (:func:`engine.index.chunking.file_outline`, one parse for chunks and tags) is still cached
+when the next index asks for it. Locks and freshness: :mod:`engine.index.state`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,8 +43,34 @@ from ..types import Project
 from ..workspace import Workspace
 from .files import SourceFile, read_indexable, scan
 from .manifest import CatchUp, Manifest
+from .state import (  # re-exported: the query path and older callers import them from here
+    CATCHUP_FILE,
+    catching_up,
+    changed_since_indexed,
+    freshness,
+    index_lock,
+    lock_holder,
+    read_head,
+)
 
-CATCHUP_FILE = "catchup.json"  # <index dir>/catchup.json: the pending background request
+__all__ = [
+    "CATCHUP_FILE",
+    "IndexJob",
+    "IndexReport",
+    "Indexer",
+    "Progress",
+    "UnitProgress",
+    "catching_up",
+    "changed_since_indexed",
+    "freshness",
+    "index_lock",
+    "lock_holder",
+    "plan_update",
+    "read_head",
+    "scan_workspace",
+    "update_index",
+    "update_indexes",
+]
 
 
 class Indexer(Protocol):
@@ -90,79 +115,6 @@ class IndexReport:
         }
 
 
-@contextlib.contextmanager
-def index_lock(data_dir: Path, name: str | None = None, *, blocking: bool = True) -> Iterator[bool]:
-    """Hold ``index.lock`` (scan + fast indexes) or, with ``name``, ``index.<name>.lock`` (one slow
-    index). Yields False without waiting when ``blocking`` is off and another process holds it.
-    The holder's pid is written into the file (``lock_holder`` reads it). Readers never lock."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / (f"index.{name}.lock" if name else "index.lock")
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"{os.getpid()}\n")
-            fh.flush()
-            yield True
-        finally:
-            fh.seek(0)
-            fh.truncate()
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def lock_holder(data_dir: Path, name: str | None = None) -> int | None:
-    """Pid of the live process holding that index lock, or None. Reads the pid the holder wrote
-    (never probes with flock: a probe could make a real writer's non-blocking attempt fail)."""
-    path = data_dir / (f"index.{name}.lock" if name else "index.lock")
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    if not text.isdigit():
-        return None
-    pid = int(text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # killed while holding it: the kernel released the lock, the pid stayed
-    except PermissionError:
-        pass  # alive, another user's
-    return pid
-
-
-def read_head(root: Path) -> str | None:
-    """HEAD's sha read from the .git files directly (no subprocess: it runs on the query path)."""
-    git = root / ".git"
-    try:
-        if git.is_file():  # worktree / submodule: "gitdir: <path>"
-            git = (root / git.read_text().split(":", 1)[1].strip()).resolve()
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head or None
-        ref = head[4:].strip()
-        ref_file = git / ref
-        if ref_file.is_file():
-            return ref_file.read_text().strip() or None
-        common = git
-        if (git / "commondir").is_file():
-            common = (git / (git / "commondir").read_text().strip()).resolve()
-            if (common / ref).is_file():
-                return (common / ref).read_text().strip() or None
-        packed = common / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text().splitlines():
-                if line.endswith(" " + ref):
-                    return line.split(" ", 1)[0]
-    except OSError:
-        return None
-    return None
-
-
 def _scan_cache_path(data_dir: Path) -> Path:
     return data_dir / "index" / "scan.json"
 
@@ -197,6 +149,159 @@ def plan_update(
     return todo, gone, len(wanted) - len(todo)
 
 
+@dataclass
+class IndexJob:
+    """One index to bring up to date: its writer, which files it wants, the request it serves."""
+
+    name: str
+    indexer: Indexer
+    accept: Callable[[SourceFile], bool] | None = None
+    generation: int | None = None  # None: the catch-up request current when the run starts
+
+
+class _Run:
+    """The state of one index during an update: its manifest, what is staged, when it committed."""
+
+    def __init__(self, job: IndexJob, workspace: Workspace, current: dict[str, SourceFile]) -> None:
+        self.job, self.workspace = job, workspace
+        ix = job.indexer
+        manifest = Manifest.load(ix.manifest_path)
+        if manifest.indexer_id != ix.indexer_id:
+            manifest = Manifest(ix.manifest_path, ix.indexer_id)
+        self.manifest = manifest
+        self.todo, self.gone, unchanged = plan_update(ix.indexer_id, manifest, current, job.accept)
+        self.keys = {f.key for f in self.todo}
+        self.report = IndexReport(job.name, unchanged=unchanged)
+        # the catch-up request served; callers that scanned earlier pass the one read before the scan
+        req = CatchUp.load(ix.manifest_path.parent / CATCHUP_FILE).generation
+        manifest.generation = req if job.generation is None else job.generation
+        self.staged: list[SourceFile] = []
+        self.dropped: list[str] = []
+        self.done = 0
+        self.last_commit = time.monotonic()
+
+    def start(self) -> None:
+        self.job.indexer.open()  # first: it may compare the manifest on disk with its own format
+        self.manifest.pending = len(self.todo)
+        if self.todo:
+            _save(self.manifest, self.workspace)  # readers see "partial" from now on
+        if self.gone:
+            self.job.indexer.remove(self.gone)
+            self.job.indexer.commit()
+            for k in self.gone:
+                self.manifest.files.pop(k, None)
+            self.report.removed = len(self.gone)
+            _save(self.manifest, self.workspace)
+
+    def feed(self, payload: list[tuple[SourceFile, bytes]], dropped: list[str], tick: UnitProgress) -> None:
+        if dropped:
+            self.job.indexer.remove(dropped)
+            self.dropped += dropped
+        if payload:
+            before = self.report.units
+            added = self.job.indexer.add(payload, progress=tick)
+            self.report.units = before + added  # what add() says it added is the truth
+            self.staged += [f for f, _ in payload]
+        self.done += len(payload) + len(dropped)
+
+    def due(self, batch_files: int, commit_s: float) -> bool:
+        return bool(self.staged or self.dropped) and (
+            len(self.staged) + len(self.dropped) >= batch_files
+            or time.monotonic() - self.last_commit >= commit_s
+            or self.done == len(self.todo)
+        )
+
+    def commit(self) -> None:
+        self.job.indexer.commit()
+        for f in self.staged:
+            self.manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
+        for k in self.dropped:
+            self.manifest.files.pop(k, None)
+        self.report.added += len(self.staged)
+        self.manifest.pending = len(self.todo) - self.done
+        _save(self.manifest, self.workspace)
+        self.staged, self.dropped, self.last_commit = [], [], time.monotonic()
+
+    def finish(self) -> None:
+        if self.staged or self.dropped:
+            self.commit()
+        self.manifest.pending = 0
+        _save(self.manifest, self.workspace)
+
+
+def update_indexes(
+    jobs: list[IndexJob],
+    workspace: Workspace,
+    current: dict[str, SourceFile],
+    *,
+    batch_files: int = 200,
+    commit_s: float = COMMIT_S,
+    progress: Progress | None = None,
+    live: Progress | None = None,
+) -> list[IndexReport]:
+    """Bring several indexes up to date with ``current`` in lockstep (see the module docstring).
+
+    Reported under the jobs' names joined by ``+``: ``progress`` after each group in which an index
+    committed (durable up to ``done`` files), ``live`` whenever there is news (also from inside
+    ``add``). Every index is closed however the run ends.
+    """
+    started = time.perf_counter()
+    runs = [_Run(job, workspace, current) for job in jobs]
+    label = "+".join(job.name for job in jobs)
+    files = {f.key: f for r in runs for f in r.todo}
+    keys = sorted(files)
+    roots: dict[str, Project] = {p.name: p for p in workspace.projects}
+    done = 0
+
+    inflight = [0]  # units an add() in progress has reported so far (it counts them itself at the end)
+
+    def units() -> int:
+        return sum(r.report.units for r in runs) + inflight[0]
+
+    def tick(n: int) -> None:
+        inflight[0] += n
+        if live:
+            live(label, done, len(keys), units())
+
+    opened: list[_Run] = []
+    try:
+        for r in runs:
+            opened.append(r)
+            r.start()
+        step = max(1, min(ADD_FILES, batch_files))
+        for start in range(0, len(keys), step):
+            group = [files[k] for k in keys[start : start + step]]
+            data = {f.key: read_indexable(roots[f.project].root, f.path) for f in group}
+            committed = False
+            for r in runs:
+                mine = [f for f in group if f.key in r.keys]
+                if not mine:
+                    continue
+                r.feed(
+                    [(f, d) for f in mine if (d := data[f.key]) is not None],
+                    [f.key for f in mine if data[f.key] is None],
+                    tick,
+                )
+                inflight[0] = 0
+                if r.due(batch_files, commit_s):
+                    r.commit()
+                    committed = True
+            done = start + len(group)
+            if live:
+                live(label, done, len(keys), units())
+            if committed and progress:
+                progress(label, done, len(keys), units())
+        for r in runs:
+            r.finish()
+    finally:
+        for r in opened:
+            r.job.indexer.close()
+    seconds = time.perf_counter() - started
+    for r in runs:
+        r.report.seconds = seconds
+    return [r.report for r in runs]
+
+
 def update_index(
     name: str,
     indexer: Indexer,
@@ -210,85 +315,11 @@ def update_index(
     accept: Callable[[SourceFile], bool] | None = None,
     generation: int | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current``; commits and saves its manifest as it goes.
-
-    ``progress`` is called after each commit (the index is durable up to ``done`` files), ``live``
-    whenever there is news (also from inside ``add``); ``generation`` is the catch-up request this
-    run serves (recorded in the manifest, see :class:`~engine.index.manifest.CatchUp`).
-    """
-    started = time.perf_counter()
-    manifest = Manifest.load(indexer.manifest_path)
-    if manifest.indexer_id != indexer.indexer_id:
-        manifest = Manifest(indexer.manifest_path, indexer.indexer_id)
-    todo, gone, unchanged = plan_update(indexer.indexer_id, manifest, current, accept)
-    report = IndexReport(name, unchanged=unchanged)
-    roots: dict[str, Project] = {p.name: p for p in workspace.projects}
-    # the catch-up request this run serves; callers that scanned earlier pass the one read before
-    manifest.generation = (
-        CatchUp.load(indexer.manifest_path.parent / CATCHUP_FILE).generation if generation is None else generation
+    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job)."""
+    job = IndexJob(name, indexer, accept, generation)
+    (report,) = update_indexes(
+        [job], workspace, current, batch_files=batch_files, commit_s=commit_s, progress=progress, live=live
     )
-    manifest.pending = len(todo)
-    if todo:
-        _save(manifest, workspace)  # readers see "partial" from now on, not after the first commit
-    done = 0
-
-    def tick(units: int) -> None:
-        report.units += units
-        if live:
-            live(name, done, len(todo), report.units)
-
-    indexer.open()
-    try:
-        if gone:
-            indexer.remove(gone)
-            indexer.commit()
-            for k in gone:
-                manifest.files.pop(k, None)
-            report.removed = len(gone)
-            _save(manifest, workspace)
-        staged: list[SourceFile] = []
-        dropped: list[str] = []
-        last_commit = time.monotonic()
-        step = max(1, min(ADD_FILES, batch_files))
-        for start in range(0, len(todo), step):
-            payload: list[tuple[SourceFile, bytes]] = []
-            for f in todo[start : start + step]:
-                data = read_indexable(roots[f.project].root, f.path)
-                if data is None:
-                    dropped.append(f.key)
-                else:
-                    payload.append((f, data))
-            if dropped:
-                indexer.remove(dropped)
-            if payload:
-                units_before = report.units
-                added = indexer.add(payload, progress=tick)
-                report.units = units_before + added  # what add() says it added is the truth
-            staged += [f for f, _ in payload]
-            done = start + step if start + step < len(todo) else len(todo)
-            if live:
-                live(name, done, len(todo), report.units)
-            if (
-                len(staged) + len(dropped) >= batch_files
-                or time.monotonic() - last_commit >= commit_s
-                or done == len(todo)
-            ):
-                indexer.commit()
-                for f in staged:
-                    manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
-                for k in dropped:
-                    manifest.files.pop(k, None)
-                report.added += len(staged)
-                manifest.pending = len(todo) - done
-                _save(manifest, workspace)
-                staged, dropped, last_commit = [], [], time.monotonic()
-                if progress:
-                    progress(name, done, len(todo), report.units)
-        manifest.pending = 0
-        _save(manifest, workspace)
-    finally:
-        indexer.close()
-    report.seconds = time.perf_counter() - started
     return report
 
 
@@ -296,55 +327,3 @@ def _save(manifest: Manifest, workspace: Workspace) -> None:
     manifest.heads = {p.name: read_head(p.root) for p in workspace.projects if p.is_git}
     manifest.updated_at = datetime.now(UTC).isoformat(timespec="seconds")
     manifest.save()
-
-
-def _pending(manifest_path: Path) -> tuple[Manifest, int]:
-    """The manifest and how many files it still lacks, counting a catch-up request it has not
-    started on yet (``engine index`` handed the work to a background process a moment ago)."""
-    m = Manifest.load(manifest_path)
-    req = CatchUp.load(manifest_path.parent / CATCHUP_FILE)
-    if req.generation > m.generation:
-        return m, max(m.pending, req.files_pending)
-    return m, m.pending
-
-
-def catching_up(manifest_path: Path) -> bool:
-    """Is this index partial (files seen by ``engine index`` but not in it yet)? Two cached stats."""
-    return _pending(manifest_path)[1] > 0
-
-
-def freshness(manifest_path: Path, projects: tuple[Project, ...] | list[Project]) -> dict[str, Any]:
-    """The receipt's view of one index: indexed sha vs HEAD per project, and how far it got."""
-    m, pending = _pending(manifest_path)
-    per_project = {}
-    for p in projects:
-        if not p.is_git:
-            continue
-        indexed, head = m.heads.get(p.name), read_head(p.root)
-        per_project[p.name] = {"indexed_sha": indexed, "head_sha": head, "stale": indexed != head}
-    out: dict[str, Any] = {
-        "indexed_at": m.updated_at or None,
-        "files_indexed": len(m.files),
-        "files_pending": pending,
-        "partial": pending > 0,
-        "projects": per_project,
-    }
-    if pending:  # how far a catching-up index got: share of the files it knows of
-        out["progress"] = round(len(m.files) / (len(m.files) + pending), 3)
-    return out
-
-
-def changed_since_indexed(manifest_path: Path, project: Project, path: str) -> bool | None:
-    """Has this file changed since it was indexed? None when the index does not know the file."""
-    m = Manifest.load(manifest_path)
-    rec = m.files.get(f"{project.name}:{path}")
-    if rec is None:
-        return None
-    try:
-        st = (project.root / path).stat()
-    except OSError:
-        return True  # deleted since
-    if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
-        return False
-    data = read_indexable(project.root, path)
-    return data is None or hashlib.sha256(data).hexdigest() != rec.get("sha256")

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..syntax import CODE_LANGUAGES, language_for, tags
+from ..syntax import CODE_LANGUAGES, language_for
 from .build import UnitProgress
+from .chunking import file_outline
 from .files import SourceFile
 from .manifest import Manifest
 
@@ -153,7 +154,7 @@ class SymbolIndexer:
             lang = language_for(f.path)
             if lang is None or not taggable(f.path, self.languages):
                 continue
-            found = [t for t in tags(f.path, data) if self.references or t.role == "definition"]
+            found = [t for t in file_outline(f.path, data)[0] if self.references or t.role == "definition"]
             lines = data.decode("utf-8", "replace").split("\n")
             fid = conn.execute(
                 "INSERT INTO files(key, project, path, lang) VALUES (?,?,?,?)", (f.key, f.project, f.path, lang)

@@ -156,3 +156,16 @@ def code_tokens(text: str, *, stop_words: bool = False, min_len: int = 2) -> lis
     for tok in _WORD.findall(text):
         out.extend(_forms(tok, stop_words, min_len))
     return out
+
+
+def code_tokens_by_line(text: str, seen: dict[str, tuple[str, ...]]) -> list[str]:
+    """``code_tokens(text)``, computed line by line through ``seen``, a dict the caller keeps for
+    one file: a file's chunks overlap (a class and each of its methods), so most lines come back
+    and are not tokenized again. Exact: no token spans a line break."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        toks = seen.get(line)
+        if toks is None:
+            toks = seen[line] = tuple(code_tokens(line))
+        out.extend(toks)
+    return out
