@@ -70,15 +70,24 @@ def pick_files(repo: Path, want_chunks: int) -> tuple[list[tuple[SourceFile, byt
 
 
 class Bare:
-    """The bare loop: default onnxruntime session, sorted batches of 32, session.run."""
+    """The bare loop: default onnxruntime session, sorted batches of 32, session.run.
 
-    def __init__(self, max_len: int) -> None:
+    ``intra_op``/``spinning`` set, it is the engine's previous design instead (one session, an
+    intra-op pool of 2, spinning off, sequential batches of 32) — the ``--variants`` arm ``pool2``.
+    """
+
+    def __init__(self, max_len: int, intra_op: int | None = None, spinning: bool | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         spec = MODELS["minilm-l6-int8"]
         onnx = _distribution_file(spec.distribution, spec.onnx_file, spec.pip)
-        self.session = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
+        opts = ort.SessionOptions()
+        if intra_op is not None:
+            opts.intra_op_num_threads = intra_op
+        if spinning is not None:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        self.session = ort.InferenceSession(str(onnx), sess_options=opts, providers=["CPUExecutionProvider"])
         self.tok = Tokenizer.from_file(str(packaged_tokenizer()))
         self.tok.no_padding()
         self.tok.enable_truncation(max_length=max_len)
@@ -131,7 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-len", type=int, nargs="+", default=[128])
     ap.add_argument("--quality", action="store_true", help="also CoSQA dev nDCG@10 per max_len")
-    ap.add_argument("--cosqa", type=Path, default=REPO.parent / "shared" / "eval" / "cosqa")
+    ap.add_argument(
+        "--variants",
+        type=int,
+        nargs="*",
+        metavar="BUDGET",
+        help="also Embedder.embed at these token budgets, and the previous design (pool2: one run at a "
+        "time, 2 intra-op threads, no spinning, batches of 32)",
+    )
+    ap.add_argument(
+        "--cosqa",
+        type=Path,
+        default=next(
+            (p for p in (r / "shared" / "eval" / "cosqa" for r in REPO.parents) if p.is_dir()),
+            REPO.parent / "shared" / "eval" / "cosqa",
+        ),
+        help="CoSQA in BEIR layout (default: shared/eval/cosqa in a parent folder)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -148,15 +173,22 @@ def main(argv: list[str] | None = None) -> int:
             "embed": lambda e=emb: e.embed(texts),
             "index": lambda e=emb: index_once(e, files),
         }
+        if args.variants is not None:
+            pool2 = Bare(max_len, intra_op=2, spinning=False)
+            pool2.run(texts[:64])
+            arms["pool2"] = lambda b=pool2: b.run(texts)
+            for budget in args.variants:
+                arms[f"embed@{budget}"] = lambda e=emb, b=budget: e.embed(texts, token_budget=b)
         rates: dict[str, list[float]] = {k: [] for k in arms}
         names = list(arms)
         for rep in range(args.reps):
-            for name in names[rep % 3 :] + names[: rep % 3]:
+            shift = rep % len(names)
+            for name in names[shift:] + names[:shift]:
                 rates[name].append(len(texts) / timed(arms[name]))
             r = {k: v[-1] for k, v in rates.items()}
             print(
-                f"max_len {max_len} rep {rep + 1}: bare {r['bare']:.1f}/s  embed {r['embed']:.1f}/s "
-                f"({r['embed'] / r['bare']:.2f}x)  index {r['index']:.1f}/s ({r['index'] / r['bare']:.2f}x)",
+                f"max_len {max_len} rep {rep + 1}: bare {r['bare']:.1f}/s  "
+                + "  ".join(f"{k} {v:.1f}/s ({v / r['bare']:.2f}x)" for k, v in r.items() if k != "bare"),
                 flush=True,
             )
         row = {
@@ -188,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             line += f" {r['cosqa_dev_ndcg10']:.3f} | {r['cosqa_dev_acc5']:.3f} |"
         print(line)
     print(f"\n(median of {args.reps} repetitions, {rows[0]['chunks']} chunks; ratios per repetition, then median)")
+    if args.variants is not None:
+        print("\n| max_len | variant | chunks/s | ratio to bare |\n|---|---|---|---|")
+        for r in rows:
+            for k in [k[: -len("_per_s")] for k in r if k.endswith("_per_s")]:
+                print(f"| {r['max_len']} | {k} | {r[k + '_per_s']} | {r.get(k + '_ratio', 1.0)}x |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

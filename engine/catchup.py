@@ -6,7 +6,7 @@ then, for each slow index with work to do, bumps its catch-up request
 detached (``python -m engine.catchup``, its own session, ``nice`` 10, output appended to
 ``<data>/index/catchup.log``) unless a process already holds the index's lock — that one
 re-reads the request when it finishes. It returns at once: questions are answered from the fast
-indexes and from whatever the slow index has committed, flagged partial (docs/adr/0005).
+indexes and from whatever the slow index has committed, flagged partial (docs/adr/0010).
 
 The background process, per slow index, loops: take ``index.<name>.lock`` without waiting (held:
 the holder serves the request; exit) → read the request generation g → scan (briefly under
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -147,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     with ProgressLine(enabled=True, stream=sys.stderr, unit="chunks") as bar:
         reports = catch_up(ws, experts, bar)
     for r in reports:
-        print(f"{datetime.now(UTC).isoformat(timespec='seconds')} {r.to_dict()}", file=sys.stderr, flush=True)
+        print(
+            f"{datetime.now(UTC).isoformat(timespec='seconds')} {json.dumps(r.to_dict())}", file=sys.stderr, flush=True
+        )
     return 0
 
 
