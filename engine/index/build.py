@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from ..types import Project
 from ..workspace import Workspace
+from .chunking import OutlinePrefetch
 from .files import SourceFile, read_indexable, scan
 from .manifest import CatchUp, Manifest
 from .state import (  # re-exported: the query path and older callers import them from here
@@ -88,6 +89,8 @@ class Indexer(Protocol):
 Progress = Callable[[str, int, int, int], None]
 #: progress(units_just_done), called by an indexer inside ``add``
 UnitProgress = Callable[[int], None]
+PREFETCH_MIN_FILES = 300  # below this a worker process costs more than it saves
+PREFETCH_GROUPS = 2  # how many groups ahead the worker parses
 ADD_FILES = 16  # files per ``add`` call: small enough that progress moves, big enough to batch embeddings
 COMMIT_S = 10.0  # a slow index commits at least this often, so readers see it grow
 
@@ -181,7 +184,7 @@ class _Run:
         self.last_commit = time.monotonic()
 
     def start(self) -> None:
-        self.job.indexer.open()  # first: it may compare the manifest on disk with its own format
+        """After ``open()``, which may compare the manifest on disk with its own format."""
         self.manifest.pending = len(self.todo)
         if self.todo:
             _save(self.manifest, self.workspace)  # readers see "partial" from now on
@@ -263,15 +266,30 @@ def update_indexes(
         if live:
             live(label, done, len(keys), units())
 
+    step = max(1, min(ADD_FILES, batch_files))
+    groups = [[files[k] for k in keys[i : i + step]] for i in range(0, len(keys), step)]
+    read: dict[int, dict[str, bytes | None]] = {}
+
+    def read_group(i: int) -> dict[str, bytes | None]:
+        if i not in read:
+            read[i] = {f.key: read_indexable(roots[f.project].root, f.path) for f in groups[i]}
+        return read[i]
+
     opened: list[_Run] = []
+    prefetch = OutlinePrefetch() if len(keys) >= PREFETCH_MIN_FILES and (os.cpu_count() or 1) > 1 else None
     try:
         for r in runs:
+            r.job.indexer.open()
             opened.append(r)
             r.start()
-        step = max(1, min(ADD_FILES, batch_files))
-        for start in range(0, len(keys), step):
-            group = [files[k] for k in keys[start : start + step]]
-            data = {f.key: read_indexable(roots[f.project].root, f.path) for f in group}
+        for gi, group in enumerate(groups):
+            if prefetch is not None:  # the worker parses the next groups while the indexes take this one
+                for ahead in range(1, PREFETCH_GROUPS + 1) if gi == 0 else [gi + PREFETCH_GROUPS]:
+                    if ahead < len(groups):
+                        prefetch.submit([(f.path, d) for f in groups[ahead] if (d := read_group(ahead)[f.key])])
+            data = read_group(gi)
+            read.pop(gi, None)
+            start = gi * step
             committed = False
             for r in runs:
                 mine = [f for f in group if f.key in r.keys]
@@ -296,6 +314,8 @@ def update_indexes(
     finally:
         for r in opened:
             r.job.indexer.close()
+        if prefetch is not None:
+            prefetch.close()
     seconds = time.perf_counter() - started
     for r in runs:
         r.report.seconds = seconds
