@@ -180,11 +180,13 @@ class SemanticExpert(IndexedExpert):
         return store
 
     def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        store = self._load()
+        if len(store) == 0:  # nothing committed yet (a first catch-up): no model load for nothing
+            return []
         try:
             vec = self._embedder().embed_query(plan["text"])
         except EmbeddingUnavailable as exc:
             raise ExpertUnavailable(str(exc), expert=self.name) from exc
-        store = self._load()
         projects = {p.name: p for p in query.projects}
         scoped = bool(plan.get("path") or plan.get("language")) or len(projects) < len(self.env.workspace.projects)
         hits = store.search(vec, query.limit * (10 if scoped else 1))

@@ -279,8 +279,9 @@ def update_indexes(
     prefetch = OutlinePrefetch() if len(keys) >= PREFETCH_MIN_FILES and (os.cpu_count() or 1) > 1 else None
     try:
         for r in runs:
-            r.job.indexer.open()
-            opened.append(r)
+            if r.todo or r.gone:  # nothing to do: no model load, no writer (a no-op run stays cheap)
+                r.job.indexer.open()
+                opened.append(r)
             r.start()
         for gi, group in enumerate(groups):
             if prefetch is not None:  # the worker parses the next groups while the indexes take this one
