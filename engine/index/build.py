@@ -6,39 +6,78 @@ An index-backed expert returns an :class:`Indexer` from ``indexer()``::
         indexer_id: str                 # changes when the index format/model changes → full rebuild
         manifest_path: Path
         def open(self) -> None          # heavy set-up (model load, index open)
-        def add(self, files: list[tuple[SourceFile, bytes]]) -> int   # idempotent per file key; returns units added
+        def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int
+                                        # idempotent per file key; returns units added; may call
+                                        # progress(units_just_done) while it works (slow indexes do)
         def remove(self, keys: list[str]) -> None
         def commit(self) -> None        # durable after this returns
         def close(self) -> None
 
 One scan of the workspace (hashes reused when size+mtime are unchanged) is diffed against each
-index's own manifest: only added or changed files are processed, deleted ones dropped. Work
-goes in batches; after each batch the index commits and then its manifest is saved, so an
-interrupted run loses at most one batch and the next run resumes from there (``add`` is
-idempotent per file key, so a batch committed but not yet in the manifest is simply redone).
+index's own manifest: only added or changed files are processed, deleted ones dropped. Files go
+to ``add`` in small groups (so progress moves), and each index commits every ``batch_files``
+files or ``commit_s`` seconds, whichever comes first, then its manifest is saved: an interrupted
+run loses at most one commit's worth and the next run resumes from there (``add`` is idempotent
+per file key, so files committed but not yet in the manifest are simply redone).
+
+Several indexes are updated in lockstep (:func:`update_indexes`): each group of files is read
+once and handed to every index that wants it, one after the other, so the syntax analysis of a
+file (:func:`engine.index.chunking.file_outline`, one parse for chunks and tags) is still cached
+when the next index asks for it. Locks and freshness: :mod:`engine.index.state`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
-import threading
+import os
+import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..datadir import ensure_data_dir
 from ..secrets import SecretsPolicy
 from ..types import Project
 from ..workspace import Workspace
+from .chunking import OutlinePrefetch
 from .files import SourceFile, read_indexable, scan
-from .manifest import Manifest
+from .manifest import CatchUp, Manifest
+from .state import (  # re-exported: the query path and older callers import them from here
+    CATCHUP_FILE,
+    Heads,
+    catching_up,
+    changed_since_indexed,
+    current_heads,
+    freshness,
+    index_lock,
+    lock_holder,
+    read_head,
+)
+
+__all__ = [
+    "CATCHUP_FILE",
+    "Heads",
+    "IndexJob",
+    "IndexReport",
+    "Indexer",
+    "Progress",
+    "UnitProgress",
+    "catching_up",
+    "changed_since_indexed",
+    "current_heads",
+    "freshness",
+    "index_lock",
+    "lock_holder",
+    "plan_update",
+    "read_head",
+    "scan_workspace",
+    "update_index",
+    "update_indexes",
+]
 
 
 class Indexer(Protocol):
@@ -46,7 +85,7 @@ class Indexer(Protocol):
     manifest_path: Path
 
     def open(self) -> None: ...
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int: ...
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int: ...
     def remove(self, keys: list[str]) -> None: ...
     def commit(self) -> None: ...
     def close(self) -> None: ...
@@ -54,6 +93,12 @@ class Indexer(Protocol):
 
 #: progress(indexer_name, done_files, total_files, units_done)
 Progress = Callable[[str, int, int, int], None]
+#: progress(units_just_done), called by an indexer inside ``add``
+UnitProgress = Callable[[int], None]
+PREFETCH_MIN_FILES = 300  # below this a worker process costs more than it saves
+PREFETCH_GROUPS = 2  # how many groups ahead the worker parses
+ADD_FILES = 16  # files per ``add`` call: small enough that progress moves, big enough to batch embeddings
+COMMIT_S = 10.0  # a slow index commits at least this often, so readers see it grow
 
 
 @dataclass
@@ -79,46 +124,6 @@ class IndexReport:
         }
 
 
-@contextlib.contextmanager
-def index_lock(data_dir: Path) -> Iterator[None]:
-    """One indexing run per data dir at a time (readers never take this lock)."""
-    ensure_data_dir(data_dir)  # 0700 with a .gitignore of `*`, whoever creates it first
-    with open(data_dir / "index.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def read_head(root: Path) -> str | None:
-    """HEAD's sha read from the .git files directly (no subprocess: it runs on the query path)."""
-    git = root / ".git"
-    try:
-        if git.is_file():  # worktree / submodule: "gitdir: <path>"
-            git = (root / git.read_text().split(":", 1)[1].strip()).resolve()
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head or None
-        ref = head[4:].strip()
-        ref_file = git / ref
-        if ref_file.is_file():
-            return ref_file.read_text().strip() or None
-        common = git
-        if (git / "commondir").is_file():
-            common = (git / (git / "commondir").read_text().strip()).resolve()
-            if (common / ref).is_file():
-                return (common / ref).read_text().strip() or None
-        packed = common / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text().splitlines():
-                if line.endswith(" " + ref):
-                    return line.split(" ", 1)[0]
-    except OSError:
-        return None
-    return None
-
-
 def _scan_cache_path(data_dir: Path) -> Path:
     return data_dir / "index" / "scan.json"
 
@@ -132,14 +137,199 @@ def scan_workspace(workspace: Workspace, policy: SecretsPolicy | None = None) ->
     if policy is not None:
         policy.save()  # the verdicts of the whole walk: live experts find them cached
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: vars_of(v) for k, v in current.items()}))
-    tmp.replace(cache_path)
+    fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".scan-")  # unique: a background run scans too
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({k: vars_of(v) for k, v in current.items()}, fh)
+    os.replace(tmp, cache_path)
     return current
 
 
 def vars_of(f: SourceFile) -> dict[str, Any]:
     return {"project": f.project, "path": f.path, "size": f.size, "mtime_ns": f.mtime_ns, "sha256": f.sha256}
+
+
+def plan_update(
+    indexer_id: str, manifest: Manifest, current: dict[str, SourceFile], accept: Callable[[SourceFile], bool] | None
+) -> tuple[list[SourceFile], list[str], int]:
+    """(files to (re)index, keys to drop, files unchanged) for one index."""
+    if manifest.indexer_id != indexer_id:  # new model / format: everything is redone
+        manifest = Manifest(manifest.path, indexer_id)
+    wanted = {k: f for k, f in current.items() if accept is None or accept(f)}
+    todo = [f for k, f in sorted(wanted.items()) if manifest.files.get(k, {}).get("sha256") != f.sha256]
+    gone = sorted(k for k in manifest.files if k not in wanted)
+    return todo, gone, len(wanted) - len(todo)
+
+
+@dataclass
+class IndexJob:
+    """One index to bring up to date: its writer, which files it wants, the request it serves."""
+
+    name: str
+    indexer: Indexer
+    accept: Callable[[SourceFile], bool] | None = None
+    generation: int | None = None  # None: the catch-up request current when the run starts
+
+
+class _Run:
+    """The state of one index during an update: its manifest, what is staged, when it committed."""
+
+    def __init__(self, job: IndexJob, workspace: Workspace, current: dict[str, SourceFile]) -> None:
+        self.job, self.workspace = job, workspace
+        ix = job.indexer
+        manifest = Manifest.load(ix.manifest_path)
+        if manifest.indexer_id != ix.indexer_id:
+            manifest = Manifest(ix.manifest_path, ix.indexer_id)
+        self.manifest = manifest
+        self.todo, self.gone, unchanged = plan_update(ix.indexer_id, manifest, current, job.accept)
+        self.keys = {f.key for f in self.todo}
+        self.report = IndexReport(job.name, unchanged=unchanged)
+        # the catch-up request served; callers that scanned earlier pass the one read before the scan
+        req = CatchUp.load(ix.manifest_path.parent / CATCHUP_FILE).generation
+        manifest.catchup = req if job.generation is None else job.generation
+        self.staged: list[SourceFile] = []
+        self.dropped: list[str] = []
+        self.done = 0
+        self.last_commit = time.monotonic()
+
+    def start(self) -> None:
+        """After ``open()``, which may compare the manifest on disk with its own format."""
+        self.manifest.pending = len(self.todo)
+        if self.todo:
+            _save(self.manifest, self.workspace)  # readers see "partial" from now on
+        if self.gone:
+            self.job.indexer.remove(self.gone)
+            self.job.indexer.commit()
+            for k in self.gone:
+                self.manifest.files.pop(k, None)
+            self.report.removed = len(self.gone)
+            _save(self.manifest, self.workspace)
+
+    def feed(self, payload: list[tuple[SourceFile, bytes]], dropped: list[str], tick: UnitProgress) -> None:
+        if dropped:
+            self.job.indexer.remove(dropped)
+            self.dropped += dropped
+        if payload:
+            before = self.report.units
+            added = self.job.indexer.add(payload, progress=tick)
+            self.report.units = before + added  # what add() says it added is the truth
+            self.staged += [f for f, _ in payload]
+        self.done += len(payload) + len(dropped)
+
+    def due(self, batch_files: int, commit_s: float) -> bool:
+        return bool(self.staged or self.dropped) and (
+            len(self.staged) + len(self.dropped) >= batch_files
+            or time.monotonic() - self.last_commit >= commit_s
+            or self.done == len(self.todo)
+        )
+
+    def commit(self) -> None:
+        self.job.indexer.commit()
+        for f in self.staged:
+            self.manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
+        for k in self.dropped:
+            self.manifest.files.pop(k, None)
+        self.report.added += len(self.staged)
+        self.manifest.pending = len(self.todo) - self.done
+        _save(self.manifest, self.workspace)
+        self.staged, self.dropped, self.last_commit = [], [], time.monotonic()
+
+    def finish(self) -> None:
+        if self.staged or self.dropped:
+            self.commit()
+        self.manifest.pending = 0
+        _save(self.manifest, self.workspace, final=True)
+
+
+def update_indexes(
+    jobs: list[IndexJob],
+    workspace: Workspace,
+    current: dict[str, SourceFile],
+    *,
+    batch_files: int = 200,
+    commit_s: float = COMMIT_S,
+    progress: Progress | None = None,
+    live: Progress | None = None,
+    policy: SecretsPolicy | None = None,
+) -> list[IndexReport]:
+    """Bring several indexes up to date with ``current`` in lockstep (see the module docstring).
+
+    Reported under the jobs' names joined by ``+``: ``progress`` after each group in which an index
+    committed (durable up to ``done`` files), ``live`` whenever there is news (also from inside
+    ``add``). Every index is closed however the run ends.
+    """
+    started = time.perf_counter()
+    runs = [_Run(job, workspace, current) for job in jobs]
+    label = "+".join(job.name for job in jobs)
+    files = {f.key: f for r in runs for f in r.todo}
+    keys = sorted(files)
+    roots: dict[str, Project] = {p.name: p for p in workspace.projects}
+    done = 0
+
+    inflight = [0]  # units an add() in progress has reported so far (it counts them itself at the end)
+
+    def units() -> int:
+        return sum(r.report.units for r in runs) + inflight[0]
+
+    def tick(n: int) -> None:
+        inflight[0] += n
+        if live:
+            live(label, done, len(keys), units())
+
+    step = max(1, min(ADD_FILES, batch_files))
+    groups = [[files[k] for k in keys[i : i + step]] for i in range(0, len(keys), step)]
+    read: dict[int, dict[str, bytes | None]] = {}
+
+    def read_group(i: int) -> dict[str, bytes | None]:
+        if i not in read:
+            read[i] = {f.key: read_indexable(roots[f.project].root, f.path, policy) for f in groups[i]}
+        return read[i]
+
+    opened: list[_Run] = []
+    prefetch = OutlinePrefetch() if len(keys) >= PREFETCH_MIN_FILES and (os.cpu_count() or 1) > 1 else None
+    try:
+        for r in runs:
+            if r.todo or r.gone:  # nothing to do: no model load, no writer (a no-op run stays cheap)
+                r.job.indexer.open()
+                opened.append(r)
+            r.start()
+        for gi, group in enumerate(groups):
+            if prefetch is not None:  # the worker parses the next groups while the indexes take this one
+                for ahead in range(1, PREFETCH_GROUPS + 1) if gi == 0 else [gi + PREFETCH_GROUPS]:
+                    if ahead < len(groups):
+                        prefetch.submit([(f.path, d) for f in groups[ahead] if (d := read_group(ahead)[f.key])])
+            data = read_group(gi)
+            read.pop(gi, None)
+            start = gi * step
+            committed = False
+            for r in runs:
+                mine = [f for f in group if f.key in r.keys]
+                if not mine:
+                    continue
+                r.feed(
+                    [(f, d) for f in mine if (d := data[f.key]) is not None],
+                    [f.key for f in mine if data[f.key] is None],
+                    tick,
+                )
+                inflight[0] = 0
+                if r.due(batch_files, commit_s):
+                    r.commit()
+                    committed = True
+            done = start + len(group)
+            if live:
+                live(label, done, len(keys), units())
+            if committed and progress:
+                progress(label, done, len(keys), units())
+        for r in runs:
+            r.finish()
+    finally:
+        for r in opened:
+            r.job.indexer.close()
+        if prefetch is not None:
+            prefetch.close()
+    seconds = time.perf_counter() - started
+    for r in runs:
+        r.report.seconds = seconds
+    return [r.report for r in runs]
 
 
 def update_index(
@@ -149,58 +339,25 @@ def update_index(
     current: dict[str, SourceFile],
     *,
     batch_files: int = 200,
+    commit_s: float = COMMIT_S,
     progress: Progress | None = None,
+    live: Progress | None = None,
     accept: Callable[[SourceFile], bool] | None = None,
     policy: SecretsPolicy | None = None,
+    generation: int | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current``; commits and saves its manifest per batch."""
-    started = time.perf_counter()
-    manifest = Manifest.load(indexer.manifest_path)
-    if manifest.indexer_id != indexer.indexer_id:  # new model / format: everything is redone
-        manifest = Manifest(indexer.manifest_path, indexer.indexer_id)
-    wanted = {k: f for k, f in current.items() if accept is None or accept(f)}
-    todo = [f for k, f in sorted(wanted.items()) if manifest.files.get(k, {}).get("sha256") != f.sha256]
-    gone = sorted(k for k in manifest.files if k not in wanted)
-    report = IndexReport(name, unchanged=len(wanted) - len(todo))
-    roots: dict[str, Project] = {p.name: p for p in workspace.projects}
-    indexer.open()
-    try:
-        manifest.pending = len(todo)
-        if gone:
-            indexer.remove(gone)
-            indexer.commit()
-            for k in gone:
-                manifest.files.pop(k, None)
-            report.removed = len(gone)
-            _save(manifest, workspace)
-        for start in range(0, len(todo), batch_files):
-            batch = todo[start : start + batch_files]
-            payload: list[tuple[SourceFile, bytes]] = []
-            unreadable: list[str] = []
-            for f in batch:
-                data = read_indexable(roots[f.project].root, f.path, policy)
-                if data is None:
-                    unreadable.append(f.key)
-                else:
-                    payload.append((f, data))
-            if unreadable:
-                indexer.remove(unreadable)
-            report.units += indexer.add(payload) if payload else 0
-            indexer.commit()
-            for f, _ in payload:
-                manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
-            for k in unreadable:
-                manifest.files.pop(k, None)
-            report.added += len(payload)
-            manifest.pending = len(todo) - start - len(batch)
-            _save(manifest, workspace)
-            if progress:
-                progress(name, start + len(batch), len(todo), report.units)
-        manifest.pending = 0
-        _save(manifest, workspace, final=True)
-    finally:
-        indexer.close()
-    report.seconds = time.perf_counter() - started
+    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job)."""
+    job = IndexJob(name, indexer, accept, generation)
+    (report,) = update_indexes(
+        [job],
+        workspace,
+        current,
+        batch_files=batch_files,
+        commit_s=commit_s,
+        progress=progress,
+        live=live,
+        policy=policy,
+    )
     return report
 
 
@@ -211,82 +368,3 @@ def _save(manifest: Manifest, workspace: Workspace, *, final: bool = False) -> N
     manifest.updated_at = datetime.now(UTC).isoformat(timespec="seconds")
     manifest.generation = manifest.content_digest() if final else f"partial-{uuid.uuid4().hex}"
     manifest.save()
-
-
-def current_heads(projects: Iterable[Project]) -> dict[str, str | None]:
-    """HEAD's sha of every git project."""
-    return {p.name: read_head(p.root) for p in projects if p.is_git}
-
-
-class Heads(Mapping[str, str | None]):
-    """The git projects' HEADs for one request, read on first use (by the first index-backed
-    expert's freshness, in its worker thread: ~30 µs a project, off the router's own path), then
-    shared by every expert and stated once in the receipt."""
-
-    def __init__(self, projects: Iterable[Project]) -> None:
-        self._projects = tuple(projects)
-        self._map: dict[str, str | None] | None = None
-        self._lock = threading.Lock()
-
-    def _read(self) -> dict[str, str | None]:
-        with self._lock:
-            if self._map is None:
-                self._map = current_heads(self._projects)
-            return self._map
-
-    def read(self) -> dict[str, str | None] | None:
-        """The HEADs if something asked for them, else None (nothing is read here)."""
-        return self._map
-
-    def __getitem__(self, key: str) -> str | None:
-        return self._read()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._read())
-
-    def __len__(self) -> int:
-        return len(self._read())
-
-
-def freshness(
-    manifest_path: Path,
-    projects: tuple[Project, ...] | list[Project],
-    heads: Mapping[str, str | None] | None = None,
-) -> dict[str, Any]:
-    """The receipt's view of one index: when it was built, files pending, and the projects whose
-    indexed sha is not their HEAD (``stale``: project → indexed sha; empty when all are current).
-
-    ``heads`` are the projects' current HEADs as the request read them once
-    (:func:`current_heads`, stated once in the receipt); read here when not given. The receipt
-    stays bounded: nothing is repeated per expert and project unless it is stale."""
-    m = Manifest.load(manifest_path)
-    if heads is None:
-        heads = current_heads(projects)
-    stale = {
-        p.name: m.heads.get(p.name)
-        for p in projects
-        if p.is_git and p.name in heads and m.heads.get(p.name) != heads[p.name]
-    }
-    return {
-        "indexed_at": m.updated_at or None,
-        "files_indexed": len(m.files),
-        "files_pending": m.pending,
-        "partial": m.pending > 0,
-        "stale": stale,
-    }
-
-
-def changed_since_indexed(manifest_path: Path, project: Project, path: str) -> bool | None:
-    """Has this file changed since it was indexed? None when the index does not know the file."""
-    m = Manifest.load(manifest_path)
-    rec = m.files.get(f"{project.name}:{path}")
-    if rec is None:
-        return None
-    try:
-        st = (project.root / path).stat()
-    except OSError:
-        return True  # deleted since
-    if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
-        return False
-    data = read_indexable(project.root, path)
-    return data is None or hashlib.sha256(data).hexdigest() != rec.get("sha256")

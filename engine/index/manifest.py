@@ -38,6 +38,7 @@ class Manifest:
     pending: int = 0  # files seen by the last run but not yet in this index
     updated_at: str = ""
     generation: str = ""  # what the index holds (module docstring); "" until first computed
+    catchup: int = 0  # the catch-up request (CatchUp.generation) the last run started from
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
@@ -60,6 +61,7 @@ class Manifest:
             raw.get("pending", 0),
             raw.get("updated_at", ""),
             raw.get("generation", ""),
+            raw.get("catchup", 0),
         )
         if not m.generation:  # written before generations existed: derived once per file version
             m.generation = m.content_digest()
@@ -82,11 +84,9 @@ class Manifest:
             "heads": self.heads,
             "pending": self.pending,
             "updated_at": self.updated_at,
+            "catchup": self.catchup,
         }
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"))
-        os.replace(tmp, self.path)
+        _write_json(self.path, data)
 
 
 def read_generation(path: Path) -> str:
@@ -108,3 +108,48 @@ def read_generation(path: Path) -> str:
     generation = m.group(1).decode() if m else Manifest.load(path).generation  # older layout: parse it all
     _GENERATIONS[path] = (version, generation)
     return generation
+
+
+@dataclass
+class CatchUp:
+    """A request to bring a slow index up to date, written by ``engine index`` when it hands the
+    work to a background process (``<index dir>/catchup.json``). Until a run that started from
+    this ``generation`` (or a later one) saves the manifest (its ``catchup``), the index counts as
+    partial with ``files_pending`` files to go, even before the background process has started."""
+
+    path: Path
+    generation: int = 0
+    files_pending: int = 0
+    requested_at: str = ""
+
+    @classmethod
+    def load(cls, path: Path) -> CatchUp:
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return cls(path)
+        cached = _REQUESTS.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        try:
+            raw = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return cls(path)
+        req = cls(path, int(raw.get("generation", 0)), int(raw.get("files_pending", 0)), raw.get("requested_at", ""))
+        _REQUESTS[path] = (mtime, req)
+        return req
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"generation": self.generation, "files_pending": self.files_pending, "requested_at": self.requested_at}
+        _write_json(self.path, data)
+
+
+_REQUESTS: dict[Path, tuple[int, CatchUp]] = {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, separators=(",", ":"))
+    os.replace(tmp, path)

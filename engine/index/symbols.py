@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..syntax import CODE_LANGUAGES, language_for, tags
+from ..syntax import CODE_LANGUAGES, language_for
+from .build import UnitProgress
+from .chunking import file_outline
 from .files import SourceFile
 from .manifest import Manifest
 from .sqlite import SqliteReader, connect_writer
@@ -126,7 +128,7 @@ class SymbolIndexer:
             for table in ("tags", "bases", "files"):
                 self._conn.execute(f"DELETE FROM {table} WHERE fid=?", row)  # noqa: S608 - fixed names
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         """Parse and store each file's tags; a file already stored is replaced (idempotent per key).
 
         Tag ids are assigned here so a whole file goes in with two ``executemany`` calls.
@@ -138,7 +140,7 @@ class SymbolIndexer:
             lang = language_for(f.path)
             if lang is None or not taggable(f.path, self.languages):
                 continue
-            found = [t for t in tags(f.path, data) if self.references or t.role == "definition"]
+            found = [t for t in file_outline(f.path, data)[0] if self.references or t.role == "definition"]
             lines = data.decode("utf-8", "replace").split("\n")
             fid = conn.execute(
                 "INSERT INTO files(key, project, path, lang) VALUES (?,?,?,?)", (f.key, f.project, f.path, lang)
@@ -173,6 +175,8 @@ class SymbolIndexer:
             conn.executemany("INSERT INTO tags VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             conn.executemany("INSERT INTO bases VALUES (?,?,?,?)", bases)
             n += len(found)
+            if progress:
+                progress(len(found))
         return n
 
     def remove(self, keys: list[str]) -> None:

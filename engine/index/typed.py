@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 
 from ..syntax import language_for
 from ..types import Project
+from .build import UnitProgress
 from .files import SourceFile, read_indexable
 from .manifest import Manifest
 from .pyfacts import FileFacts, JediAnalyser
@@ -171,7 +172,7 @@ class TypedIndexer:
                     self.failed += 1
         return FileFacts(module="", complete=False)
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
         rows = 0
         changed: list[tuple[str, dict[str, str], dict[str, str]]] = []
         for f, data in files:
@@ -179,6 +180,8 @@ class TypedIndexer:
                 continue
             n, before, after = self._replace(f, data)
             rows += n
+            if progress:
+                progress(n)
             if before != after:
                 changed.append((f.key, before, after))
         done = {f.key for f, _ in files}

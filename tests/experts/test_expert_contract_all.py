@@ -156,7 +156,7 @@ class TestTypedContract(IndexContract):
 
 class TestSemanticContract(IndexContract):
     adapter = expert_name = "semantic"
-    damaged = ("vectors.npz",)
+    damaged = ("vectors.json",)  # the catalog of segments (engine/vector_segments.py)
     exact = False  # similarity search: the best item of each project names the class, not every item
 
 

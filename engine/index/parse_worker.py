@@ -1,0 +1,103 @@
+"""A worker process that parses files for the indexes ahead of need (:class:`OutlinePrefetch`).
+
+Protocol on stdin/stdout, one frame per group of files: an 8-byte big-endian length, then a
+pickle. Requests are ``list[(path, bytes)]``; replies ``list[(tags, chunks)]`` in the same order.
+It exits at end of input. Pickle is safe here: both ends are this package, over a private pipe.
+
+A plain subprocess rather than :mod:`multiprocessing`: spawn re-imports the parent's
+``__main__``, which breaks any script that calls the indexer without a ``__main__`` guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import IO, Any
+
+_LEN = struct.Struct(">Q")
+
+
+def write_frame(out: IO[bytes], obj: Any) -> None:
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LEN.pack(len(blob)))
+    out.write(blob)
+    out.flush()
+
+
+def read_frame(src: IO[bytes]) -> Any | None:
+    head = src.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    n = _LEN.unpack(head)[0]
+    blob = src.read(n)
+    if len(blob) < n:
+        return None
+    return pickle.loads(blob)  # noqa: S301 - frames come from this package's own process
+
+
+class ParseWorker:
+    """The parent side: ``submit(items)`` returns a future of the outlines; ``close()`` ends it."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.index.parse_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._waiting: deque[Future[Any]] = deque()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="parse-worker-reader", daemon=True)
+        self._reader.start()
+
+    def submit(self, items: list[tuple[str, bytes]]) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self._lock:
+            self._waiting.append(fut)
+            assert self._proc.stdin is not None
+            try:
+                write_frame(self._proc.stdin, items)
+            except OSError as exc:  # the worker died: this and later groups are parsed in-process
+                self._waiting.pop()
+                fut.set_exception(exc)
+        return fut
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        while (reply := read_frame(self._proc.stdout)) is not None:
+            with self._lock:
+                fut = self._waiting.popleft()
+            fut.set_result(reply)
+        with self._lock:  # worker gone: nobody will answer these
+            while self._waiting:
+                self._waiting.popleft().set_exception(EOFError("parse worker exited"))
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join(timeout=5)
+
+
+def main() -> int:
+    from .chunking import outline_many
+
+    src, out = sys.stdin.buffer, sys.stdout.buffer
+    while (items := read_frame(src)) is not None:
+        write_frame(out, outline_many(items))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

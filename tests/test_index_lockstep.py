@@ -1,0 +1,81 @@
+"""The fast indexes updated in lockstep with one parse per file (and a parse worker ahead of them)
+build exactly what one-at-a-time updates build."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.experts import ExpertEnv, adapter_class
+from engine.index import build
+from engine.index.build import IndexJob, scan_workspace, update_index, update_indexes
+from engine.index.chunking import OutlinePrefetch, file_outline
+from engine.index.symbols import SymbolStore
+from engine.spec import load_config
+from engine.syntax import chunks, tags
+from engine.workspace import Workspace
+
+from .conftest import ROOT
+from .test_index_background import make_ws
+
+FAST = ("bm25", "docs", "symbols", "typed")
+
+
+def test_one_outline_gives_the_chunks_and_tags_of_separate_parses() -> None:
+    for path in [*sorted((ROOT / "engine").rglob("*.py"))[:40], ROOT / "README.md"]:
+        data = path.read_bytes()
+        rel = path.relative_to(ROOT).as_posix()
+        got_tags, got_chunks = file_outline(rel, data)
+        assert got_tags == tags(rel, data)
+        assert [(c.start_line, c.end_line, c.symbol, c.kind, c.text) for c in got_chunks] == [
+            (c.start_line, c.end_line, c.symbol, c.kind, c.text) for c in chunks(rel, data)
+        ]
+
+
+def test_the_parse_worker_returns_what_parsing_here_returns() -> None:
+    files = [(p.relative_to(ROOT).as_posix(), p.read_bytes()) for p in sorted((ROOT / "engine" / "index").glob("*.py"))]
+    pre = OutlinePrefetch()
+    try:
+        pre.submit(files)
+        fut = pre._worker.submit(files)  # a second request: the reply order follows the requests
+        remote = fut.result(timeout=120)
+    finally:
+        pre.close()
+    assert pre._worker._proc.returncode == 0
+    assert [(t, [c.text for c in cs]) for t, cs in remote] == [
+        (file_outline(p, d)[0], [c.text for c in file_outline(p, d)[1]]) for p, d in files
+    ]
+
+
+def _index(tmp_path: Path, name: str, lockstep: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> dict:
+    ws_dir, cfg_dir = make_ws(tmp_path / name, 40)
+    ws, cfg = Workspace.open([ws_dir]), load_config(cfg_dir)
+    env = ExpertEnv(ws)
+    monkeypatch.setattr(build, "PREFETCH_MIN_FILES", 1 if prefetch else 10**9)
+    current = scan_workspace(ws)
+    experts = [(n, adapter_class(cfg.experts[n].adapter)(cfg.experts[n], env)) for n in FAST]
+    if lockstep:
+        jobs = [IndexJob(n, e.indexer(), getattr(e, "accepts", None)) for n, e in experts]
+        reports = update_indexes(jobs, ws, current)
+    else:
+        reports = [update_index(n, e.indexer(), ws, current, accept=getattr(e, "accepts", None)) for n, e in experts]
+    store = SymbolStore(ws.data_dir / "index" / "symbols")
+    rows = sorted(
+        (r.qualified_name, r.role, r.path, r.start_line) for r in store.by_name(["step_0_retry"], "definition")
+    )
+    store.close()
+    out = {r.name: (r.added, r.units) for r in reports}
+    shutil.rmtree(ws.data_dir)
+    return {"reports": out, "rows": rows}
+
+
+def test_lockstep_with_and_without_the_worker_builds_what_one_at_a_time_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone = _index(tmp_path, "alone", lockstep=False, prefetch=False, monkeypatch=monkeypatch)
+    together = _index(tmp_path, "together", lockstep=True, prefetch=False, monkeypatch=monkeypatch)
+    ahead = _index(tmp_path, "ahead", lockstep=True, prefetch=True, monkeypatch=monkeypatch)
+    assert alone == together == ahead
+    assert alone["reports"]["bm25"][0] == 41 and alone["rows"]  # 40 modules + README, and real rows
