@@ -6,8 +6,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 QUESTION ?= where is the receipt signature verified
 
-.PHONY: demo test lint install browser ui-shots clean
+.PHONY: demo test lint install browser postgres ui-shots clean
 CHROMIUM := /usr/bin/chromium
+PG_INITDB := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb) /usr/lib/postgresql/15/bin/initdb)
 
 $(BIN)/engine: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,13 +41,26 @@ $(VENV)/.browser-extra: pyproject.toml $(BIN)/engine
 
 browser: $(CHROMIUM) $(VENV)/.browser-extra
 
+# the PostgreSQL store's and the scale tests' servers (docs/adr/0011-postgresql.md): Debian's
+# postgresql (the store) and the pgserver wheel (PostgreSQL + pgvector, the vector backend; Debian 12
+# packages no pgvector); the tests start throwaway clusters from them (tests/pg_support.py).
+# Ray for `engine index --executor ray`. apt-get needs root (CI runs as root).
+$(PG_INITDB):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+
+$(VENV)/.scale-extras: pyproject.toml $(BIN)/engine
+	$(BIN)/pip install -q -e '.[postgres,pgserver,ray]'
+	@touch $@
+
+postgres: $(PG_INITDB) $(VENV)/.scale-extras
+
 lint: install
 	$(BIN)/ruff check engine tests benchmarks scripts
 	$(BIN)/ruff format --check engine tests benchmarks scripts
 	$(BIN)/mypy
 
-test: install browser tests/fixtures/node/node_modules lint
-	ENGINE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+test: install browser postgres tests/fixtures/node/node_modules lint
+	ENGINE_REQUIRE_BROWSER=1 ENGINE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
 
 # refresh the screenshots in docs/ui/ (docs/ui.md) from a run of the browser tests
 ui-shots: install browser
