@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,15 @@ def _rows(store: Store, table: str) -> Iterator[dict[str, Any]]:
         for s in store.stored_receipts():
             yield {**{c: s.columns.get(c) for c in RECEIPT_COLUMNS}, "body": s.body}
         return
-    records: Iterable[Any] = {
+    readers: dict[str, Callable[[], Iterable[Any]]] = {
         "tool_benchmark_events": lambda: store.list_events(EventQuery()),
         "experiments": store.list_experiments,
         "feedback": store.list_feedback,
         "config_snapshots": store.list_config_snapshots,
         "hints": store.list_hints,
         "bandit_state": store.list_bandit,
-    }[table]()
-    for r in records:
+    }
+    for r in readers[table]():
         yield r.to_dict()
 
 
