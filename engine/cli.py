@@ -448,10 +448,26 @@ def bench(
         ),
     ] = True,
     fmt: ReportFmt = "markdown",
+    load: Annotated[
+        bool, typer.Option("--load", help="Load ladder over replicas sharing one PostgreSQL store (docs/scale.md)")
+    ] = False,
+    replicas: Annotated[str, typer.Option(help="--load: replica counts, comma list")] = "1,3",
+    concurrency: Annotated[str, typer.Option(help="--load: MCP client counts, comma list")] = "1,10,50",
+    duration: Annotated[float, typer.Option(help="--load: seconds per ladder cell")] = 60.0,
+    soak: Annotated[float, typer.Option(help="--load: seconds of soak at 3 replicas (0: none)")] = 0.0,
+    chaos: Annotated[float, typer.Option(help="--load: seconds per chaos cell (0: no chaos slice)")] = 0.0,
+    store: Annotated[
+        str | None, typer.Option(help="--load: postgresql:// URL (default: a throwaway local cluster)")
+    ] = None,
 ) -> None:
     """Router overhead, per-expert latency, warm end-to-end latency, index throughput, save-to-searchable
-    time and peak RSS on one workspace."""
+    time and peak RSS on one workspace; with --load, the load ladder, soak and chaos slice instead."""
     from .evaluation.bench import BenchOptions, bench_table, run_bench
+
+    if load:
+        _bench_load(workspace, config_dir, questions, n_questions, data_dir, fmt, replicas, concurrency, duration,
+                    soak, chaos, store)  # fmt: skip
+        return
 
     opts = BenchOptions(
         workspaces=workspace or [Path.cwd()],
@@ -469,6 +485,47 @@ def bench(
         _fail(exc)
         return
     typer.echo(json.dumps(result, indent=1) if fmt == "json" else bench_table(result))
+
+
+def _bench_load(
+    workspace: list[Path] | None,
+    config_dir: Path | None,
+    questions: Path | None,
+    n_questions: int,
+    data_dir: Path | None,
+    fmt: str,
+    replicas: str,
+    concurrency: str,
+    duration: float,
+    soak: float,
+    chaos: float,
+    store: str | None,
+) -> None:
+    from .evaluation.load_bench import LoadOptions, load_table, run_load
+
+    try:
+        opts = LoadOptions(
+            workspaces=workspace or [Path.cwd()],
+            config_dir=config_dir or _default_config_dir(),
+            store=store,
+            data_dir=data_dir,
+            replicas=[int(x) for x in replicas.split(",")],
+            concurrency=[int(x) for x in concurrency.split(",")],
+            duration_s=duration,
+            soak_s=soak,
+            chaos_s=chaos,
+            questions_file=questions,
+            n_questions=n_questions,
+            log=lambda m: typer.echo(m, err=True),
+        )
+        result = run_load(opts)
+    except ValueError as exc:
+        _fail(SpecError(f"--replicas and --concurrency are comma lists of integers: {exc}"))
+        return
+    except EngineError as exc:
+        _fail(exc)
+        return
+    typer.echo(json.dumps(result, indent=1) if fmt == "json" else load_table(result))
 
 
 app.add_typer(receipts_app, name="receipts")
