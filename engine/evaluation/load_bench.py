@@ -95,7 +95,7 @@ def _once(events: dict[str, float], name: str, at: float, action: Callable[[], N
 
 def _chaos(run: _Run, seconds: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    c = run.opts.soak_concurrency
+    c = max(run.opts.concurrency)  # the chaos slice runs at the ladder's top concurrency
     reps = run.replicas(3)
     try:
         events: dict[str, float] = {}
