@@ -54,7 +54,7 @@ def pg_cluster() -> Iterator[object]:
 def schema_url(base: str, schema: str) -> str:
     """``base`` with every connection's search_path set to ``schema``."""
     sep = "&" if "?" in base else "?"
-    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema},public')}"  # public: extensions
 
 
 def fresh_schema(base: str) -> str:
@@ -70,3 +70,22 @@ def fresh_schema(base: str) -> str:
 @pytest.fixture
 def pg_url(pg_cluster: object) -> str:
     return fresh_schema(pg_cluster.url)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def pgvector_cluster() -> Iterator[object]:
+    """A cluster whose server has pgvector (the pgserver wheel's: Debian 12 packages none)."""
+    import psycopg
+
+    cluster = start(vector=True)
+    try:
+        with psycopg.connect(cluster.url, autocommit=True) as con:  # once, where every test schema sees it
+            con.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def pgvector_url(pgvector_cluster: object) -> str:
+    return fresh_schema(pgvector_cluster.url)  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,14 @@ from ..errors import ExpertUnavailable
 from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..types import Evidence, Query
+from ..vector_stores import BACKENDS, Vectors, open_vectors
 from ..vectors import VectorStore
 from ..workspace import in_scope, normalize_scope_path
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
 _EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
-_STORES: dict[Path, tuple[int, VectorStore, dict[str, list[Any]]]] = {}
+_STORES: dict[Path, tuple[int, Vectors, dict[str, list[Any]]]] = {}
 _LOCK = threading.Lock()
 META_FILE = "chunks.json"
 
@@ -60,16 +62,23 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
 
 class SemanticIndexer:
     def __init__(
-        self, directory: Path, embedder: Embedder, snippet_chars: int, batch: int, units: str = "chunks"
+        self,
+        directory: Path,
+        embedder: Embedder,
+        snippet_chars: int,
+        batch: int,
+        units: str = "chunks",
+        vectors: Callable[[], Vectors] | None = None,
     ) -> None:
         self.dir = directory
+        self._vectors = vectors or (lambda: VectorStore(directory, model_id=embedder.model_id))
         self.embedder = embedder
         self.units = units
         self.indexer_id = f"semantic-v2:{units}:{embedder.model_id}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self.batch = batch
-        self.store: VectorStore | None = None
+        self.store: Vectors | None = None
         self.meta: dict[str, list[Any]] = {}  # chunk id → [project, path, start, end, symbol, text]
 
     def open(self) -> None:
@@ -77,7 +86,7 @@ class SemanticIndexer:
             self.embedder.load()
         except EmbeddingUnavailable as exc:
             raise ExpertUnavailable(str(exc), expert="semantic") from exc
-        self.store = VectorStore(self.dir, model_id=self.embedder.model_id)
+        self.store = self._vectors()
         fresh = not self.manifest_path.exists()
         if fresh or not self.store.load():
             self.store.clear()
@@ -152,8 +161,15 @@ class SemanticExpert(IndexedExpert):
             "batch_size": POSITIVE_INT,
             "stored_chars": POSITIVE_INT,
             "units": {"enum": ["chunks", "files", "both"], "description": "what gets one vector each"},
+            "vectors": {"enum": list(BACKENDS), "description": "numpy (exact, a file) or pgvector (shared)"},
         }
     )
+
+    def _vectors(self) -> Vectors:
+        backend = str(self.settings.get("vectors", "numpy"))
+        return open_vectors(
+            self._dir, self._embedder().model_id, backend, self.env.workspace.data_dir, expert=self.name
+        )
 
     def _embedder(self) -> Embedder:
         return shared_embedder(
@@ -169,6 +185,7 @@ class SemanticExpert(IndexedExpert):
             int(self.settings.get("stored_chars", 1200)),
             int(self.settings.get("batch_size", 32)),
             str(self.settings.get("units", "chunks")),
+            self._vectors,
         )
 
     def plan(self, query: Query) -> dict[str, Any]:
@@ -180,8 +197,9 @@ class SemanticExpert(IndexedExpert):
             "language": query.scope.language,
         }
 
-    def _load(self) -> tuple[VectorStore, dict[str, list[Any]]]:
-        path = self._dir / "vectors.npz"
+    def _load(self) -> tuple[Vectors, dict[str, list[Any]]]:
+        store = self._vectors()
+        path = store.path
         try:
             mtime = path.stat().st_mtime_ns
         except OSError:
@@ -190,7 +208,6 @@ class SemanticExpert(IndexedExpert):
             cached = _STORES.get(self._dir)
             if cached and cached[0] == mtime:
                 return cached[1], cached[2]
-        store = VectorStore(self._dir, model_id=self._embedder().model_id)
         if not store.load():
             raise ExpertUnavailable("semantic index was built by another model: run `engine index`", expert=self.name)
         meta = json.loads((self._dir / META_FILE).read_text("utf-8"))
