@@ -130,8 +130,12 @@ def index(
     fmt: FormatOpt = "table",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
+    executor: Annotated[
+        str, typer.Option(help="local | ray: where parsing and embedding run (ray: RAY_ADDRESS or a local cluster)")
+    ] = "local",
 ) -> None:
     """Build or update every index-backed expert's index, incrementally (content hashes)."""
+    from .index.executor import make_executor
     from .indexing import index_workspace, watch
 
     try:
@@ -148,7 +152,11 @@ def index(
                 )
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=fmt != "json")
+        runner = make_executor(executor)
+        try:
+            reports = index_workspace(ws, cfg, only=only, progress=fmt != "json", executor=runner)
+        finally:
+            runner.close()
     except EngineError as exc:
         _fail(exc)
         return

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
 from .index.build import IndexReport, index_lock, scan_workspace, update_index
+from .index.executor import Executor
 from .secrets import policy_for
 from .spec import ConfigSet
 from .workspace import Workspace
@@ -46,8 +47,16 @@ class _Bar:
 
 
 def index_workspace(
-    ws: Workspace, cfg: ConfigSet, *, only: Iterable[str] | None = None, progress: bool = True
+    ws: Workspace,
+    cfg: ConfigSet,
+    *,
+    only: Iterable[str] | None = None,
+    progress: bool = True,
+    executor: Executor | None = None,
+    batch_files: int = 200,
 ) -> list[IndexReport]:
+    """Update every enabled index; ``executor`` (engine/index/executor.py) runs the batches of
+    indexes that can be distributed (semantic: chunking and embedding) elsewhere, e.g. on Ray."""
     env = ExpertEnv(ws)
     wanted = set(only or ())
     reports: list[IndexReport] = []
@@ -73,6 +82,8 @@ def index_workspace(
                     progress=_Bar(progress),
                     accept=expert.accepts,
                     policy=policy,
+                    executor=executor,
+                    batch_files=batch_files,
                 )
             )
     return reports

@@ -15,8 +15,11 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..embedding import MODELS, Embedder, EmbeddingUnavailable
 from ..errors import ExpertUnavailable
@@ -58,6 +61,48 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
         names = []
     head = " ".join(text.split()[:40])  # a docstring or header comment often says what the file is for
     return f"{path}: {', '.join(names[:60])}\n{head}", text.count("\n") + 1
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedTask:
+    """What embedding one batch needs, and nothing else: it may run in another process (Ray)."""
+
+    model: str
+    max_len: int
+    threads: int
+    batch: int
+    units: str
+    snippet_chars: int
+    files: list[tuple[SourceFile, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedBatch:
+    keys: list[str]  # the batch's file keys: their old units are replaced
+    ids: list[str]
+    meta: dict[str, list[Any]]  # chunk id → [project, path, start, end, symbol, text]
+    vectors: np.ndarray
+
+
+def prepare_batch(task: EmbedTask) -> EmbeddedBatch:
+    """Chunk (tree-sitter) and embed one batch of files: a pure function of the task, so any
+    executor gives the same batch (engine/index/executor.py)."""
+    ids, texts, meta = [], [], {}
+    for f, data in task.files:
+        if task.units in ("files", "both"):
+            summary, n_lines = file_summary(f.path, data)
+            ids.append(f"{f.key}#file")
+            texts.append(summary)
+            meta[ids[-1]] = [f.project, f.path, 1, n_lines, None, summary[: task.snippet_chars]]
+        if task.units in ("chunks", "both"):
+            for n, c in enumerate(chunk_file(f.path, data)):
+                cid = f"{f.key}#{n}"
+                ids.append(cid)
+                texts.append(c.text)
+                meta[cid] = [f.project, f.path, c.start_line, c.end_line, c.symbol, c.text[: task.snippet_chars]]
+    embedder = shared_embedder(task.model, task.max_len, task.threads)
+    vectors = embedder.embed(texts, batch_size=task.batch) if ids else np.zeros((0, embedder.dim), np.float32)
+    return EmbeddedBatch([f.key for f, _ in task.files], ids, meta, vectors)
 
 
 class SemanticIndexer:
@@ -102,32 +147,24 @@ class SemanticIndexer:
         prefix = key + "#"
         return [i for i in self.meta if i.startswith(prefix)]
 
-    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+    def task(self, files: list[tuple[SourceFile, bytes]]) -> EmbedTask:
+        """A batch as a picklable task for :func:`prepare_batch` (engine/index/executor.py)."""
+        e = self.embedder
+        return EmbedTask(e.spec.key, e.max_len, e.threads, self.batch, self.units, self.snippet_chars, files)
+
+    prepare = staticmethod(prepare_batch)
+
+    def apply(self, batch: EmbeddedBatch) -> int:
+        """Take a prepared batch in: its files' old units out, its new ones in."""
         assert self.store is not None
-        self.remove([f.key for f, _ in files])
-        ids, texts = [], []
-        for f, data in files:
-            if self.units in ("files", "both"):
-                summary, n_lines = file_summary(f.path, data)
-                ids.append(f"{f.key}#file")
-                texts.append(summary)
-                self.meta[ids[-1]] = [f.project, f.path, 1, n_lines, None, summary[: self.snippet_chars]]
-            if self.units in ("chunks", "both"):
-                for n, c in enumerate(chunk_file(f.path, data)):
-                    cid = f"{f.key}#{n}"
-                    ids.append(cid)
-                    texts.append(c.text)
-                    self.meta[cid] = [
-                        f.project,
-                        f.path,
-                        c.start_line,
-                        c.end_line,
-                        c.symbol,
-                        c.text[: self.snippet_chars],
-                    ]
-        if ids:
-            self.store.add(ids, self.embedder.embed(texts, batch_size=self.batch))
-        return len(ids)
+        self.remove(batch.keys)
+        self.meta.update(batch.meta)
+        if batch.ids:
+            self.store.add(batch.ids, batch.vectors)
+        return len(batch.ids)
+
+    def add(self, files: list[tuple[SourceFile, bytes]]) -> int:
+        return self.apply(prepare_batch(self.task(files)))
 
     def remove(self, keys: list[str]) -> None:
         assert self.store is not None

@@ -10,6 +10,10 @@ An index-backed expert returns an :class:`Indexer` from ``indexer()``::
         def remove(self, keys: list[str]) -> None
         def commit(self) -> None        # durable after this returns
         def close(self) -> None
+        # optional, to be distributable (engine/index/executor.py): add(files) == apply(prepare(task(files)))
+        def task(self, files) -> T         # a picklable description of the batch
+        prepare: (T) -> P                  # a pure, picklable function (runs in any process)
+        def apply(self, prepared: P) -> int
 
 One scan of the workspace (hashes reused when size+mtime are unchanged) is diffed against each
 index's own manifest: only added or changed files are processed, deleted ones dropped. Work
@@ -26,6 +30,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +41,7 @@ from ..datadir import ensure_data_dir
 from ..secrets import SecretsPolicy
 from ..types import Project
 from ..workspace import Workspace
+from .executor import Executor, LocalExecutor
 from .files import SourceFile, read_indexable, scan
 from .manifest import Manifest
 
@@ -151,8 +157,11 @@ def update_index(
     progress: Progress | None = None,
     accept: Callable[[SourceFile], bool] | None = None,
     policy: SecretsPolicy | None = None,
+    executor: Executor | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current``; commits and saves its manifest per batch."""
+    """Bring one index up to date with ``current``; commits and saves its manifest per batch. With
+    an ``executor``, an indexer offering ``task`` / ``prepare`` / ``apply`` has its batches
+    prepared there (the same index results: ``add`` is ``apply(prepare(task(files)))``)."""
     started = time.perf_counter()
     manifest = Manifest.load(indexer.manifest_path)
     if manifest.indexer_id != indexer.indexer_id:  # new model / format: everything is redone
@@ -172,35 +181,60 @@ def update_index(
                 manifest.files.pop(k, None)
             report.removed = len(gone)
             _save(manifest, workspace)
-        for start in range(0, len(todo), batch_files):
-            batch = todo[start : start + batch_files]
-            payload: list[tuple[SourceFile, bytes]] = []
-            unreadable: list[str] = []
-            for f in batch:
-                data = read_indexable(roots[f.project].root, f.path, policy)
-                if data is None:
-                    unreadable.append(f.key)
-                else:
-                    payload.append((f, data))
+        # an indexer that splits its work into a pure ``prepare`` and an ``apply`` can have the
+        # prepare step run elsewhere (engine/index/executor.py); the driver applies in order
+        distributed = executor is not None and callable(getattr(indexer, "apply", None))
+        batches: deque[tuple[int, list[tuple[SourceFile, bytes]], list[str]]] = deque()
+
+        def tasks() -> Iterator[Any]:
+            for start in range(0, len(todo), batch_files):
+                payload, unreadable = _read_batch(todo[start : start + batch_files], roots, policy)
+                batches.append((start + batch_files, payload, unreadable))
+                yield indexer.task(payload) if distributed else payload  # type: ignore[attr-defined]
+
+        run = executor if distributed and executor is not None else LocalExecutor()
+        prepare: Callable[[Any], Any] = indexer.prepare if distributed else _same  # type: ignore[attr-defined]
+        apply: Callable[[Any], int] = indexer.apply if distributed else indexer.add  # type: ignore[attr-defined]
+        for prepared in run.map(prepare, tasks()):
+            end, payload, unreadable = batches.popleft()
             if unreadable:
                 indexer.remove(unreadable)
-            report.units += indexer.add(payload) if payload else 0
+            report.units += apply(prepared) if payload else 0
             indexer.commit()
             for f, _ in payload:
                 manifest.files[f.key] = {"sha256": f.sha256, "size": f.size, "mtime_ns": f.mtime_ns}
             for k in unreadable:
                 manifest.files.pop(k, None)
             report.added += len(payload)
-            manifest.pending = len(todo) - start - len(batch)
+            manifest.pending = max(len(todo) - end, 0)
             _save(manifest, workspace)
             if progress:
-                progress(name, start + len(batch), len(todo), report.units)
+                progress(name, min(end, len(todo)), len(todo), report.units)
         manifest.pending = 0
         _save(manifest, workspace, final=True)
     finally:
         indexer.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _read_batch(
+    batch: list[SourceFile], roots: dict[str, Project], policy: SecretsPolicy | None
+) -> tuple[list[tuple[SourceFile, bytes]], list[str]]:
+    """The batch's readable files with their bytes, and the keys of those that are gone or withheld."""
+    payload: list[tuple[SourceFile, bytes]] = []
+    unreadable: list[str] = []
+    for f in batch:
+        data = read_indexable(roots[f.project].root, f.path, policy)
+        if data is None:
+            unreadable.append(f.key)
+        else:
+            payload.append((f, data))
+    return payload, unreadable
 
 
 def _save(manifest: Manifest, workspace: Workspace, *, final: bool = False) -> None:
