@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,26 +31,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from .records import (
-    BanditArm,
-    BenchmarkEvent,
     CacheEntry,
-    ConfigSnapshot,
-    EventQuery,
-    Experiment,
-    ExpertStats,
-    Feedback,
-    Hint,
-    ReceiptMix,
-    ReceiptQuery,
-    ReceiptSummary,
     RepairReport,
     StoredReceipt,
     StoreHealth,
-    check_feedback,
 )
 from .schema import PG_DDL, SCHEMA_VERSION, TABLES, insert_sql, row_values, select_sql
 from .spool import EPHEMERAL
-from .sql import event_where, mix_sql, receipt_where, stats_sql
+from .sql_reads import SqlReads
+from .writes import RowWrites
 
 LOG_DDL = (
     "CREATE TABLE IF NOT EXISTS record_log (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, row JSON NOT NULL, "
@@ -73,9 +62,11 @@ def redact(url: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
 
 
-class PostgresStore:
+class PostgresStore(SqlReads, RowWrites):
     """A :class:`~engine.store.port.Store` on one PostgreSQL database (its default schema, or the
     one ``options=-csearch_path=…`` in the URL names)."""
+
+    dialect = "postgres"
 
     def __init__(self, url: str, *, max_connections: int = 8) -> None:
         self.url = url
@@ -129,7 +120,8 @@ class PostgresStore:
         self._ready = True
 
     # ------------------------------------------------------------------ write path
-    def _write(self, table: str, rows: list[dict[str, Any]], *, durable: bool) -> None:
+    def _append(self, table: str, rows: Iterable[dict[str, Any]], *, durable: bool) -> None:
+        rows = list(rows)
         values = [v for v in (row_values(table, r) for r in rows) if v is not None]
         if not values:
             return
@@ -143,41 +135,6 @@ class PostgresStore:
                     cur.executemany("INSERT INTO record_log (tbl, row) VALUES (%s, %s)", logged)
                 cur.executemany(insert_sql(table, 1, "%s"), values)
 
-    def put_receipt(self, receipt: Mapping[str, Any]) -> None:
-        self._write("receipts", [{"body": dict(receipt)}], durable=True)
-
-    def record_events(self, events: Iterable[BenchmarkEvent]) -> None:
-        self._write("tool_benchmark_events", [e.to_dict() for e in events], durable=False)
-
-    def cache_put(self, entry: CacheEntry) -> None:
-        row = {
-            "cache_key": entry.key,
-            "created_at": entry.created_at,
-            "expires_at": entry.expires_at,
-            "negative": entry.negative,
-            "response": entry.response,
-        }
-        self._write("cache", [row], durable=False)
-
-    def put_feedback(self, feedback: Feedback) -> None:
-        check_feedback(feedback, self.get_receipt(feedback.receipt_id))
-        row = feedback.to_dict()
-        row["useful_item_ids"] = list(feedback.useful_item_ids)
-        row["not_useful_item_ids"] = list(feedback.not_useful_item_ids)
-        self._write("feedback", [row], durable=True)
-
-    def put_config_snapshot(self, snapshot: ConfigSnapshot) -> None:
-        self._write("config_snapshots", [snapshot.to_dict()], durable=True)
-
-    def put_experiment(self, experiment: Experiment) -> None:
-        self._write("experiments", [experiment.to_dict()], durable=True)
-
-    def put_hint(self, hint: Hint) -> None:
-        self._write("hints", [hint.to_dict()], durable=True)
-
-    def put_bandit(self, arm: BanditArm) -> None:
-        self._write("bandit_state", [arm.to_dict()], durable=True)
-
     def holds_data(self) -> bool:
         rows = self._read("SELECT EXISTS (SELECT 1 FROM record_log)")
         return bool(rows and rows[0][0])
@@ -186,32 +143,6 @@ class PostgresStore:
     def _read(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         with self._conn() as con:
             return con.execute(sql, params or []).fetchall()
-
-    def get_receipt(self, receipt_id: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT body FROM receipts WHERE receipt_id = %s", [receipt_id])
-        return rows[0][0] if rows else None
-
-    def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
-        where, params = receipt_where(query, "postgres")
-        sql = (
-            "SELECT receipt_id, created_at, pipeline, class, status, result_count, config_version, request_hash "
-            f"FROM receipts{where} ORDER BY created_at DESC, receipt_id"
-        )
-        if query.limit is not None:
-            sql, params = sql + " LIMIT %s", [*params, query.limit]
-        return [ReceiptSummary(*r) for r in self._read(sql, params)]
-
-    def receipt_mix(self, query: ReceiptQuery = ReceiptQuery()) -> ReceiptMix:
-        sql, params = mix_sql(query, "postgres")
-        by_class: dict[str | None, int] = {}
-        by_status: dict[str, int] = {}
-        total = hits = 0
-        for klass, status, hit, n in self._read(sql, params):
-            total += n
-            hits += n if hit else 0
-            by_class[klass] = by_class.get(klass, 0) + n
-            by_status[status] = by_status.get(status, 0) + n
-        return ReceiptMix(total, by_class, by_status, hits)
 
     def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
         sql, params = select_sql("receipts"), []
@@ -228,30 +159,6 @@ class PostgresStore:
             if isinstance(row, dict) and isinstance(row.get("body"), dict):
                 yield row["body"]
 
-    def list_events(self, query: EventQuery = EventQuery()) -> list[BenchmarkEvent]:
-        where, params = event_where(query, "postgres")
-        sql = f"{select_sql('tool_benchmark_events')}{where} ORDER BY created_at, event_id"
-        if query.limit is not None:
-            sql, params = sql + " LIMIT %s", [*params, query.limit]
-        cols = TABLES["tool_benchmark_events"][1]
-        return [BenchmarkEvent(**dict(zip(cols, r, strict=True))) for r in self._read(sql, params)]
-
-    def expert_stats(self, query: EventQuery = EventQuery()) -> list[ExpertStats]:
-        sql, params = stats_sql(query, "postgres")
-        return [
-            ExpertStats(
-                expert_id=eid,
-                count=n,
-                p50_ms=round(p50, 3),
-                p95_ms=round(p95, 3),
-                timeout_rate=round(timeouts / n, 4),
-                error_rate=round(errors / n, 4),
-                labelled=labelled,
-                hit_rate=round(hits / labelled, 4) if labelled else None,
-            )
-            for eid, n, p50, p95, timeouts, errors, labelled, hits in self._read(sql, params)
-        ]
-
     def cache_get(self, key: str, *, now: float | None = None) -> CacheEntry | None:
         try:
             with self._get_pool().connection(timeout=0.05) as con:  # a busy pool is a miss, never a stall
@@ -266,46 +173,6 @@ class PostgresStore:
         if row is None:
             return None
         return CacheEntry(key, row[0], bool(row[1]), row[2], row[3])
-
-    def _rows(self, table: str, column: str, value: str | None, order: str) -> list[dict[str, Any]]:
-        sql, params = select_sql(table), []
-        if value is not None:
-            sql, params = f"{sql} WHERE {column} = %s", [value]
-        cols = TABLES[table][1]
-        return [dict(zip(cols, r, strict=True)) for r in self._read(f"{sql} ORDER BY {order}", params)]
-
-    def list_feedback(self, receipt_id: str | None = None) -> list[Feedback]:
-        return [
-            Feedback(
-                **{
-                    **r,
-                    "useful_item_ids": tuple(r["useful_item_ids"] or ()),
-                    "not_useful_item_ids": tuple(r["not_useful_item_ids"] or ()),
-                }
-            )
-            for r in self._rows("feedback", "receipt_id", receipt_id, "created_at, feedback_id")
-        ]
-
-    def get_config_snapshot(self, config_version: str) -> ConfigSnapshot | None:
-        rows = self._rows("config_snapshots", "config_version", config_version, "config_version")
-        return ConfigSnapshot(**rows[0]) if rows else None
-
-    def list_config_snapshots(self) -> list[ConfigSnapshot]:
-        rows = self._rows("config_snapshots", "config_version", None, "created_at, config_version")
-        return [ConfigSnapshot(**r) for r in rows]
-
-    def list_experiments(self, suite: str | None = None) -> list[Experiment]:
-        return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]
-
-    def list_hints(self, project: str | None = None) -> list[Hint]:
-        return [Hint(**r) for r in self._rows("hints", "project", project, "created_at, hint_id")]
-
-    def get_bandit(self, arm_id: str) -> BanditArm | None:
-        rows = self._rows("bandit_state", "arm_id", arm_id, "arm_id")
-        return BanditArm(**rows[0]) if rows else None
-
-    def list_bandit(self, task_class: str | None = None) -> list[BanditArm]:
-        return [BanditArm(**r) for r in self._rows("bandit_state", "task_class", task_class, "arm_id")]
 
     # ------------------------------------------------------------------ upkeep
     def sync(self, timeout_s: float = 30.0) -> int:

@@ -22,6 +22,7 @@ from tests.pg_support import pg_cluster, pg_url  # noqa: F401 - fixtures
 from tests.store.store_contract import body, event
 
 from ..conftest import make_repo
+from .test_store import WORKER  # the same router worker as the DuckDB multi-process test
 
 
 def test_the_store_is_chosen_by_env_then_by_the_data_dir_file(
@@ -82,23 +83,6 @@ def test_export_writes_every_table_as_parquet_for_every_backend(any_store: Store
     (lat,) = con.execute(f"SELECT latency_ms FROM '{tmp_path}/out/tool_benchmark_events.parquet'").fetchone() or (0,)
     assert lat == 12.5
     assert con.execute(f"SELECT count(*) FROM '{tmp_path}/out/experiments.parquet'").fetchone() == (0,)
-
-
-WORKER = r"""
-import sys, anyio
-from pathlib import Path
-from engine.runtime import Router
-from engine.workspace import Workspace
-cfg, ws, n, tag = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-router = Router(cfg, Workspace.open([ws]))
-async def main():
-    for i in range(n):
-        r = await router.run("identifier", {"question": f'"needle" run {tag}-{i}', "no_cache": True})
-        assert r.error is None, r.response
-        router.flush()
-    await router.aclose()
-anyio.run(main)
-"""
 
 
 @pytest.mark.slow
