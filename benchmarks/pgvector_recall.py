@@ -74,6 +74,21 @@ def quality(ranked: list[list[str]], qids: list[str], qrels: dict[str, set[str]]
     return {"ndcg@10": round(ndcg / len(qids), 4), "mrr@10": round(mrr / len(qids), 4)}
 
 
+def plan(url: str, table: str, q: np.ndarray, exact: bool, ef: int) -> str:
+    """The plan PostgreSQL picks for one query of an arm: an index scan on the HNSW index, or not."""
+    import psycopg
+
+    from engine.vectors_pg import _literal
+
+    lit = _literal(q / np.linalg.norm(q))
+    with psycopg.connect(url, autocommit=True) as con, con.transaction():
+        con.execute("SET LOCAL enable_indexscan = off" if exact else f"SET LOCAL hnsw.ef_search = {ef}")
+        rows = con.execute(
+            f"EXPLAIN SELECT id FROM {table} ORDER BY embedding <=> %s::vector, id LIMIT 10", [lit]
+        ).fetchall()
+    return " / ".join(r[0].strip() for r in rows if "Scan" in r[0])
+
+
 def run_arm(search: Any, queries: np.ndarray) -> tuple[list[list[str]], dict[str, Any]]:
     for q in queries[:20]:  # warm-up: caches, plans
         search(q)
@@ -126,10 +141,14 @@ def main() -> None:
         result["server"] = str(cluster.bin_dir) if cluster else "given"
         pg.exact = True
         arms["pgvector exact (scan)"] = run_arm(lambda q: pg.search(q, 10), queries)
+        plans = {"pgvector exact (scan)": plan(url, str(pg._table), queries[0], True, 40)}
         pg.exact = False
         for ef in (40, 100):
             pg.ef_search = ef
-            arms[f"pgvector HNSW ef_search={ef}"] = run_arm(lambda q: pg.search(q, 10), queries)
+            name = f"pgvector HNSW ef_search={ef}"
+            arms[name] = run_arm(lambda q: pg.search(q, 10), queries)
+            plans[name] = plan(url, str(pg._table), queries[0], False, ef)
+        result["plans"] = plans
         pg.close()
     finally:
         if cluster is not None:

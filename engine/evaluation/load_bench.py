@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -85,10 +86,21 @@ class _Run:
 def _once(events: dict[str, float], name: str, at: float, action: Callable[[], None]) -> Callable[[float], None]:
     """A chaos callback running ``action`` once, in a thread, when ``at`` seconds have passed."""
 
+    t0 = time.monotonic()
+
+    def run() -> None:
+        try:
+            action()
+            events[f"{name}_done"] = round(time.monotonic() - t0, 2)
+        except Exception:  # noqa: BLE001 - recorded: a chaos step that did not happen must show
+            events[f"{name}_failed"] = round(time.monotonic() - t0, 2)
+
     def tick(elapsed: float) -> None:
         if elapsed >= at and name not in events:
+            nonlocal t0
+            t0 = time.monotonic() - elapsed
             events[name] = round(elapsed, 2)
-            threading.Thread(target=action, daemon=True).start()
+            threading.Thread(target=run, daemon=True).start()
 
     return tick
 
@@ -137,11 +149,10 @@ def _chaos(run: _Run, seconds: float) -> dict[str, Any]:
                 _once(ev3, "pg_restart", seconds / 2, run.cluster.restart),
             )
             failed = [s.started for s in cell.samples if not s.ok]
+            back = max([ev3.get("pg_restart_done", seconds), *failed])  # the server is up and answering again
             row["events"] = ev3
             row["failed_window_s"] = [round(min(failed), 2), round(max(failed), 2)] if failed else None
-            row["answered_after_restart"] = sum(
-                1 for s in cell.samples if s.ok and s.started > (max(failed) if failed else seconds)
-            )
+            row["answered_after_restart"] = sum(1 for s in cell.samples if s.ok and s.started > back)
             out["postgres_restarted"] = row
     finally:
         set_stall(run.config, False)

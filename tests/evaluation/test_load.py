@@ -39,13 +39,14 @@ def test_replicas_survive_a_kill_a_stalled_expert_and_a_postgres_restart(tmp_pat
     (ladder,) = result["ladder"]
     assert ladder["errors"] == 0 and ladder["answered"] > 0 and ladder["receipts"]["ok"]
     killed = result["chaos"]["replica_killed"]
-    assert killed["events"].get("killed") is not None
+    assert killed["events"].get("killed_done") is not None
     assert killed["errors_on_survivors"] == 0 and killed["answered_after_kill"] > 0
     assert killed["receipts"]["ok"]  # what the killed replica answered before it died is stored too
     stalled = result["chaos"]["expert_stalled"]
-    assert stalled["errors"] == 0 and stalled["receipts"]["ok"] and len(stalled["events"]) == 2
+    assert stalled["errors"] == 0 and stalled["receipts"]["ok"]
+    assert {"stall_on_done", "stall_off_done"} <= set(stalled["events"])
     restarted = result["chaos"]["postgres_restarted"]
-    assert restarted["events"].get("pg_restart") is not None
+    assert restarted["events"].get("pg_restart_done") is not None  # the server really went down and up
     assert restarted["answered_after_restart"] > 0 and restarted["receipts"]["ok"]
     assert result["audit"]["ok"] and result["audit"]["chains"] == result["replica_processes"] == 4
     assert "audit of the whole log" in load_table(result)

@@ -121,3 +121,33 @@ def run_env() -> Callable[[str], dict[str, str]]:
     import os
 
     return lambda url: {**os.environ, "ENGINE_STORE": url}
+
+
+def test_the_cli_reads_and_exports_the_store_the_data_dir_names(tmp_path: Path, pg_url: str) -> None:
+    """`engine receipts list` and `engine store export --parquet` go to PostgreSQL when the data
+    dir's store.url says so; a bad setting is a config error (exit 2)."""
+    import os
+
+    from engine.store.postgres_store import PostgresStore
+
+    ws = make_repo(tmp_path / "ws", {"a.py": "x = 1\n"})
+    data = ws / ".engine"
+    data.mkdir()
+    (data / "store.url").write_text(pg_url + "\n")
+    log = ReceiptLog(PostgresStore(pg_url), KeyRing(data))
+    rid = log.append(body(1))["receipt_id"]
+    env = {k: v for k, v in os.environ.items() if k != "ENGINE_STORE"}
+    cli = [sys.executable, "-m", "engine.cli"]
+    listed = subprocess.run([*cli, "receipts", "list", "--workspace", str(ws), "--format", "json"], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert [r["receipt_id"] for r in json.loads(listed.stdout)] == [rid]
+    out = tmp_path / "parquet"
+    done = subprocess.run([*cli, "store", "export", str(out), "--parquet", "--workspace", str(ws)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"]["receipts"] == 1 and (out / "receipts.parquet").exists()
+    (data / "store.url").write_text("mysql://nope\n")
+    bad = subprocess.run([*cli, "store", "status", "--workspace", str(ws)], env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and json.loads(bad.stderr.strip().splitlines()[-1])["error"] == "invalid_config"
