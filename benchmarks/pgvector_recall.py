@@ -82,10 +82,13 @@ def plan(url: str, table: str, q: np.ndarray, exact: bool, ef: int) -> str:
 
     lit = _literal(q / np.linalg.norm(q))
     with psycopg.connect(url, autocommit=True) as con, con.transaction():
-        con.execute("SET LOCAL enable_indexscan = off" if exact else f"SET LOCAL hnsw.ef_search = {ef}")
-        rows = con.execute(
-            f"EXPLAIN SELECT id FROM {table} ORDER BY embedding <=> %s::vector, id LIMIT 10", [lit]
-        ).fetchall()
+        if exact:
+            con.execute("SET LOCAL enable_indexscan = off")
+        else:
+            con.execute("SET LOCAL enable_seqscan = off")
+            con.execute(f"SET LOCAL hnsw.ef_search = {ef}")
+        order = "embedding <=> %s::vector, id" if exact else "embedding <=> %s::vector"
+        rows = con.execute(f"EXPLAIN SELECT id FROM {table} ORDER BY {order} LIMIT 10", [lit]).fetchall()
     return " / ".join(r[0].strip() for r in rows if "Scan" in r[0])
 
 

@@ -135,14 +135,17 @@ class PgVectorStore:
         if norm == 0.0:
             return []
         lit = _literal(q / norm)
+        # exact: every row compared, ties broken by id (the numpy store's answer); else the HNSW
+        # index, which can only order by the distance itself (a tie-breaker would force a scan)
+        order = "embedding <=> %s::vector, id" if self.exact else "embedding <=> %s::vector"
         with self._cursor() as con, con.transaction():
-            if self.exact:  # every row compared: the exact answer, as the numpy store gives
+            if self.exact:
                 con.execute("SET LOCAL enable_indexscan = off")
-            else:
+            else:  # the planner would scan a small table; an index-backed store means the index
+                con.execute("SET LOCAL enable_seqscan = off")
                 con.execute(f"SET LOCAL hnsw.ef_search = {int(self.ef_search)}")
             rows = con.execute(
-                f"SELECT id, 1 - (embedding <=> %s::vector) FROM {self._table} "
-                "ORDER BY embedding <=> %s::vector, id LIMIT %s",
+                f"SELECT id, 1 - (embedding <=> %s::vector) FROM {self._table} ORDER BY {order} LIMIT %s",
                 [lit, lit, k],
             ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
