@@ -54,7 +54,7 @@ $(VENV)/.scale-extras: pyproject.toml $(BIN)/engine
 
 postgres: $(PG_INITDB) $(VENV)/.scale-extras
 
-lint: install
+lint: install $(VENV)/.scale-extras
 	$(BIN)/ruff check engine tests benchmarks scripts
 	$(BIN)/ruff format --check engine tests benchmarks scripts
 	$(BIN)/mypy
