@@ -10,8 +10,9 @@ QUESTION ?= where is the receipt signature verified
 SEARCH := $(VENV)/.installed-search
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint install install-search browser node ui-shots clean
+.PHONY: demo test lint install install-search browser node postgres ui-shots clean
 CHROMIUM := /usr/bin/chromium
+PG_INITDB := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb) /usr/lib/postgresql/15/bin/initdb)
 
 $(SEARCH): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -54,13 +55,26 @@ $(VENV)/.browser-extra: pyproject.toml $(DEV)
 
 browser: $(CHROMIUM) $(VENV)/.browser-extra
 
-lint: install
+# the PostgreSQL store's and the scale tests' servers (docs/adr/0016-postgresql.md): Debian's
+# postgresql (the store) and the pgserver wheel (PostgreSQL + pgvector, the vector backend; Debian 12
+# packages no pgvector); the tests start throwaway clusters from them (tests/pg_support.py).
+# Ray for `engine index --executor ray`. apt-get needs root (CI runs as root).
+$(PG_INITDB):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+
+$(VENV)/.scale-extras: pyproject.toml $(DEV)
+	$(BIN)/pip install -q -e '.[postgres,pgserver,ray]'
+	@touch $@
+
+postgres: $(PG_INITDB) $(VENV)/.scale-extras
+
+lint: install $(VENV)/.scale-extras
 	$(BIN)/ruff check engine tests benchmarks scripts
 	$(BIN)/ruff format --check engine tests benchmarks scripts
 	$(BIN)/mypy
 
-test: install browser tests/fixtures/node/node_modules lint
-	ENGINE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+test: install browser postgres tests/fixtures/node/node_modules lint
+	ENGINE_REQUIRE_BROWSER=1 ENGINE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest
 
 # refresh the screenshots in docs/ui/ (docs/ui.md) from a run of the browser tests
 ui-shots: install browser

@@ -130,8 +130,12 @@ def index(
             "searchable (default), or wait for every index.",
         ),
     ] = True,
+    executor: Annotated[
+        str, typer.Option(help="local | ray: where parsing and embedding run (ray: RAY_ADDRESS or a local cluster)")
+    ] = "local",
 ) -> None:
     """Build or update every index-backed expert's index, incrementally (content hashes)."""
+    from .index.executor import make_executor
     from .indexing import index_workspace, watch
 
     try:
@@ -147,7 +151,13 @@ def index(
                 watch(ws, lambda: load_config(ref.path), interval_s=interval, on_change=report)
             except KeyboardInterrupt:
                 return
-        reports = index_workspace(ws, cfg, only=only, progress=fmt == "text", background=background)
+        runner = make_executor(executor)
+        try:
+            reports = index_workspace(
+                ws, cfg, only=only, progress=fmt == "text", background=background, executor=runner
+            )
+        finally:
+            runner.close()
     except EngineError as exc:
         _fail(exc)
         return

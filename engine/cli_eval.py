@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,7 +13,7 @@ from typer.core import TyperGroup
 
 from .cli_options import ConfigDirOpt, WorkspaceOpt, config_ref
 from .cli_options import fail as _fail
-from .errors import EngineError
+from .errors import EngineError, SpecError
 
 # ---------------------------------------------------------------------------------------------
 # engine eval SUITE | engine eval compare BASE NEW | engine bench   (work happens in engine/evaluation)
@@ -186,10 +187,33 @@ def bench(
         ),
     ] = True,
     fmt: ReportFmt = "markdown",
+    load: Annotated[
+        bool, typer.Option("--load", help="Load ladder over replicas sharing one PostgreSQL store (docs/scale.md)")
+    ] = False,
+    replicas: Annotated[str, typer.Option(help="--load: replica counts, comma list")] = "1,3",
+    concurrency: Annotated[str, typer.Option(help="--load: MCP client counts, comma list")] = "1,10,50",
+    duration: Annotated[float, typer.Option(help="--load: seconds per ladder cell")] = 60.0,
+    soak: Annotated[float, typer.Option(help="--load: seconds of soak at 3 replicas (0: none)")] = 0.0,
+    chaos: Annotated[float, typer.Option(help="--load: seconds per chaos cell (0: no chaos slice)")] = 0.0,
+    store: Annotated[
+        str | None, typer.Option(help="--load: postgresql:// URL (default: a throwaway local cluster)")
+    ] = None,
 ) -> None:
     """Router overhead, per-expert latency, warm end-to-end latency, index throughput, save-to-searchable
-    time and peak RSS on one workspace."""
+    time and peak RSS on one workspace; with --load, the load ladder, soak and chaos slice instead."""
     from .evaluation.bench import BenchOptions, bench_table, run_bench
+
+    if load:
+        _bench_load(
+            workspace,
+            config_ref(config_dir, workspace).path,
+            questions,
+            n_questions,
+            data_dir,
+            fmt,
+            LoadLadder(replicas, concurrency, duration, soak, chaos, store),
+        )
+        return
 
     opts = BenchOptions(
         workspaces=workspace or [Path.cwd()],
@@ -207,3 +231,51 @@ def bench(
         _fail(exc)
         return
     typer.echo(json.dumps(result, indent=1) if fmt == "json" else bench_table(result))
+
+
+@dataclass(frozen=True)
+class LoadLadder:
+    """``engine bench --load``'s own options, as given on the command line."""
+
+    replicas: str
+    concurrency: str
+    duration_s: float
+    soak_s: float
+    chaos_s: float
+    store: str | None
+
+
+def _bench_load(
+    workspace: list[Path] | None,
+    config_dir: Path,
+    questions: Path | None,
+    n_questions: int,
+    data_dir: Path | None,
+    fmt: str,
+    ladder: LoadLadder,
+) -> None:
+    from .evaluation.load_bench import LoadOptions, load_table, run_load
+
+    try:
+        opts = LoadOptions(
+            workspaces=workspace or [Path.cwd()],
+            config_dir=config_dir,
+            store=ladder.store,
+            data_dir=data_dir,
+            replicas=[int(x) for x in ladder.replicas.split(",")],
+            concurrency=[int(x) for x in ladder.concurrency.split(",")],
+            duration_s=ladder.duration_s,
+            soak_s=ladder.soak_s,
+            chaos_s=ladder.chaos_s,
+            questions_file=questions,
+            n_questions=n_questions,
+            log=lambda m: typer.echo(m, err=True),
+        )
+        result = run_load(opts)
+    except ValueError as exc:
+        _fail(SpecError(f"--replicas and --concurrency are comma lists of integers: {exc}"))
+        return
+    except EngineError as exc:
+        _fail(exc)
+        return
+    typer.echo(json.dumps(result, indent=1) if fmt == "json" else load_table(result))

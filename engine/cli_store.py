@@ -219,6 +219,25 @@ def store_repair(workspace: WorkspaceOpt = None) -> None:
     _echo_json(report.to_dict())
 
 
+@store_app.command("export")
+def store_export(
+    out: Annotated[Path, typer.Argument(help="Folder for one <table>.parquet per table")],
+    workspace: WorkspaceOpt = None,
+    parquet: Annotated[bool, typer.Option("--parquet", help="Parquet files (the one format so far)")] = True,
+) -> None:
+    """Export every table (receipts, events, feedback, experiments, hints, bandit state, config
+    snapshots) of whichever store the data dir uses, for analysis in any engine."""
+    from .store import open_store
+    from .store.export import export_parquet
+
+    try:
+        counts = export_parquet(open_store(_data_dir(workspace)), out)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    _echo_json({"out": str(out), "format": "parquet", "rows": counts})
+
+
 @store_app.command("stats")
 def store_stats(
     workspace: WorkspaceOpt = None,

@@ -25,6 +25,7 @@ from .index.build import (
     update_index,
     update_indexes,
 )
+from .index.executor import Executor
 from .index.manifest import CatchUp, Manifest
 from .index.progress import ProgressLine
 from .secrets import policy_for
@@ -39,12 +40,18 @@ def index_workspace(
     only: Iterable[str] | None = None,
     progress: bool = True,
     background: bool = False,
+    executor: Executor | None = None,
+    batch_files: int = 200,
 ) -> list[IndexReport]:
     """Update the enabled index-backed experts (``only``: these). With ``background``, slow indexes
     (embeddings) are handed to a detached catch-up process (:mod:`engine.catchup`) once the fast
-    ones are committed; their reports then say ``background`` with the pid and files pending."""
+    ones are committed; their reports then say ``background`` with the pid and files pending. A
+    distributing ``executor`` (``--executor ray``, :mod:`engine.index.executor`) prepares the slow
+    indexes' batches in the foreground instead (chunking and embedding on the cluster)."""
     env = ExpertEnv(ws)
     wanted = set(only or ())
+    if executor is not None and executor.name != "local":
+        background = False  # the cluster does the slow work; a detached local process would not use it
     experts = [
         (name, adapter_class(spec.adapter)(spec, env))
         for name, spec in sorted(cfg.experts.items())
@@ -67,7 +74,9 @@ def index_workspace(
             if fast:
                 bar.stage("+".join(n for n, _ in fast), "opening")
                 jobs = [IndexJob(n, e.indexer(), getattr(e, "accepts", None)) for n, e in fast]
-                reports += update_indexes(jobs, ws, current, progress=bar, live=bar, policy=policy)
+                reports += update_indexes(
+                    jobs, ws, current, progress=bar, live=bar, policy=policy, batch_files=batch_files
+                )
             if background:
                 for name, expert in slow:
                     indexer = expert.indexer()
@@ -103,6 +112,8 @@ def index_workspace(
                             accept=accept,
                             policy=policy,
                             generation=generations[name],
+                            executor=executor,
+                            batch_files=batch_files,
                         )
                     )
     return reports

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,6 +202,24 @@ class McpConnection:
             raise ExpertFailed(f"the MCP server went away mid-call: {_reason(exc)}", expert=self.expert) from None
         text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
         return ToolOutput(structured=result.structured_content, text=text, is_error=bool(result.is_error))
+
+
+@asynccontextmanager
+async def http_tools(
+    url: str, *, timeout_s: float = 120.0
+) -> AsyncIterator[Callable[[str, dict[str, Any]], Awaitable[ToolOutput]]]:
+    """A plain MCP session over streamable HTTP on the caller's own event loop, for load generators
+    (``engine bench --load``): yields ``call(tool, arguments)``. Errors are the SDK's, unclassified:
+    a load generator counts them, an expert would use :class:`McpConnection`."""
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(timeout_s))
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+
+        async def call(tool: str, arguments: dict[str, Any]) -> ToolOutput:
+            result = await client.call_tool(tool, arguments)
+            text = "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+            return ToolOutput(structured=result.structured_content, text=text, is_error=bool(result.is_error))
+
+        yield call
 
 
 def _reason(exc: BaseException) -> str:

@@ -12,8 +12,12 @@ receipt's freshness says ``partial`` with how far it got, and every item carries
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..embedding import DEFAULT_TOKEN_BUDGET, MAX_ROWS, MODELS, Embedder, EmbeddingUnavailable
 from ..errors import ExpertOutputError, ExpertUnavailable
@@ -22,13 +26,14 @@ from ..index.chunking import chunk_file
 from ..index.files import SourceFile
 from ..types import Evidence, Query
 from ..vector_segments import CATALOG, read_catalog
+from ..vector_stores import BACKENDS, Vectors, open_vectors, vectors_url
 from ..vectors import VectorStore
 from ..workspace import in_scope, normalize_scope_path
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
 
 _EMBEDDERS: dict[tuple[str, int, int], Embedder] = {}
-_STORES: dict[Path, VectorStore] = {}
+_STORES: dict[tuple[Path, str, str | None], Vectors] = {}
 _LOCK = threading.Lock()
 PARTIAL = "index-partial"  # item flag: found in an index still catching up (some files not embedded yet)
 
@@ -58,8 +63,58 @@ def file_summary(path: str, data: bytes) -> tuple[str, int]:
     return f"{path}: {', '.join(names[:60])}\n{head}", text.count("\n") + 1
 
 
+@dataclass(frozen=True, slots=True)
+class EmbedTask:
+    """What embedding one batch needs, and nothing else: it may run in another process (Ray)."""
+
+    model: str
+    max_len: int
+    threads: int
+    batch: int
+    token_budget: int
+    units: str
+    snippet_chars: int
+    files: list[tuple[SourceFile, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedBatch:
+    keys: list[str]  # the batch's file keys: their old units are replaced
+    ids: list[str]
+    payloads: list[list[Any]]  # per id: [project, path, start, end, symbol, text]
+    vectors: np.ndarray
+
+
+def prepare_batch(task: EmbedTask, progress: UnitProgress | None = None) -> EmbeddedBatch:
+    """Chunk (tree-sitter) and embed one batch of files: a pure function of the task, so any
+    executor gives the same batch (engine/index/executor.py)."""
+    ids: list[str] = []
+    texts: list[str] = []
+    payloads: list[list[Any]] = []
+    for f, data in task.files:
+        if task.units in ("files", "both"):
+            summary, n_lines = file_summary(f.path, data)
+            ids.append(f"{f.key}#file")
+            texts.append(summary)
+            payloads.append([f.project, f.path, 1, n_lines, None, summary[: task.snippet_chars]])
+        if task.units in ("chunks", "both"):
+            for n, c in enumerate(chunk_file(f.path, data)):
+                ids.append(f"{f.key}#{n}")
+                texts.append(c.text)
+                payloads.append([f.project, f.path, c.start_line, c.end_line, c.symbol, c.text[: task.snippet_chars]])
+    embedder = shared_embedder(task.model, task.max_len, task.threads)
+    if ids:
+        vectors = embedder.embed(texts, batch_size=task.batch, token_budget=task.token_budget, progress=progress)
+    else:
+        vectors = np.zeros((0, embedder.dim), np.float32)
+    return EmbeddedBatch([f.key for f, _ in task.files], ids, payloads, vectors)
+
+
 class SemanticIndexer:
-    """Chunks (or file summaries) → vectors with their metadata as payload, checkpointed per commit."""
+    """Chunks (or file summaries) → vectors with their metadata as payload, checkpointed per commit.
+
+    ``add`` is ``apply(prepare(task(files)))``: an executor (engine/index/executor.py) can run the
+    pure ``prepare`` step (chunking and embedding) in other processes."""
 
     def __init__(
         self,
@@ -69,16 +124,18 @@ class SemanticIndexer:
         batch: int,
         units: str = "chunks",
         token_budget: int = DEFAULT_TOKEN_BUDGET,
+        vectors: Callable[[], Vectors] | None = None,
     ) -> None:
         self.dir = directory
         self.token_budget = token_budget
         self.embedder = embedder
+        self._vectors = vectors or (lambda: VectorStore(directory, model_id=embedder.model_id))
         self.units = units
         self.indexer_id = f"semantic-v3:{units}:{embedder.model_id}"
         self.manifest_path = directory / "manifest.json"
         self.snippet_chars = snippet_chars
         self.batch = batch
-        self.store: VectorStore | None = None
+        self.store: Vectors | None = None
         self._by_file: dict[str, list[str]] = {}  # file key → its vector ids
 
     def open(self) -> None:
@@ -86,7 +143,7 @@ class SemanticIndexer:
             self.embedder.load()
         except EmbeddingUnavailable as exc:
             raise ExpertUnavailable(str(exc), expert="semantic") from exc
-        self.store = VectorStore(self.dir, model_id=self.embedder.model_id)
+        self.store = self._vectors()
         if not self.manifest_path.exists() or not self.store.load():
             self.store.clear()
             self.store.save()  # an empty index is searchable (and says partial) while the first batch embeds
@@ -94,30 +151,27 @@ class SemanticIndexer:
         for vid in self.store.ids:
             self._by_file.setdefault(vid.rsplit("#", 1)[0], []).append(vid)
 
-    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
+    def task(self, files: list[tuple[SourceFile, bytes]]) -> EmbedTask:
+        """A batch as a picklable task for :func:`prepare_batch`."""
+        e = self.embedder
+        return EmbedTask(
+            e.spec.key, e.max_len, e.threads, self.batch, self.token_budget, self.units, self.snippet_chars, files
+        )
+
+    prepare = staticmethod(prepare_batch)
+
+    def apply(self, batch: EmbeddedBatch) -> int:
+        """Take a prepared batch in: its files' old units out, its new ones in."""
         assert self.store is not None
-        self.remove([f.key for f, _ in files])
-        ids: list[str] = []
-        texts: list[str] = []
-        payloads: list[list[Any]] = []
-        for f, data in files:
-            if self.units in ("files", "both"):
-                summary, n_lines = file_summary(f.path, data)
-                ids.append(f"{f.key}#file")
-                texts.append(summary)
-                payloads.append([f.project, f.path, 1, n_lines, None, summary[: self.snippet_chars]])
-            if self.units in ("chunks", "both"):
-                for n, c in enumerate(chunk_file(f.path, data)):
-                    ids.append(f"{f.key}#{n}")
-                    texts.append(c.text)
-                    snippet = c.text[: self.snippet_chars]
-                    payloads.append([f.project, f.path, c.start_line, c.end_line, c.symbol, snippet])
-        if ids:
-            vecs = self.embedder.embed(texts, batch_size=self.batch, token_budget=self.token_budget, progress=progress)
-            self.store.add(ids, vecs, payloads)
-            for vid in ids:
+        self.remove(batch.keys)
+        if batch.ids:
+            self.store.add(batch.ids, batch.vectors, batch.payloads)
+            for vid in batch.ids:
                 self._by_file.setdefault(vid.rsplit("#", 1)[0], []).append(vid)
-        return len(ids)
+        return len(batch.ids)
+
+    def add(self, files: list[tuple[SourceFile, bytes]], progress: UnitProgress | None = None) -> int:
+        return self.apply(prepare_batch(self.task(files), progress))
 
     def remove(self, keys: list[str]) -> None:
         assert self.store is not None
@@ -145,8 +199,16 @@ class SemanticExpert(IndexedExpert):
             "token_budget": POSITIVE_INT,
             "stored_chars": POSITIVE_INT,
             "units": {"enum": ["chunks", "files", "both"], "description": "what gets one vector each"},
+            "vectors": {"enum": list(BACKENDS), "description": "numpy (exact, a file) or pgvector (shared)"},
         }
     )
+
+    def _vectors(self, model_id: str | None = None) -> Vectors:
+        """This index's vector store (``vectors``: numpy or pgvector). ``model_id`` given when the
+        caller holds ``_LOCK`` (finding the embedder takes it too)."""
+        backend = str(self.settings.get("vectors", "numpy"))
+        model = model_id or self._embedder().model_id
+        return open_vectors(self._dir, model, backend, self.env.workspace.data_dir, expert=self.name)
 
     def _embedder(self) -> Embedder:
         return shared_embedder(
@@ -163,6 +225,7 @@ class SemanticExpert(IndexedExpert):
             int(self.settings.get("batch_size", MAX_ROWS)),
             str(self.settings.get("units", "chunks")),
             int(self.settings.get("token_budget", DEFAULT_TOKEN_BUDGET)),
+            self._vectors,
         )
 
     def plan(self, query: Query) -> dict[str, Any]:
@@ -174,13 +237,18 @@ class SemanticExpert(IndexedExpert):
             "language": query.scope.language,
         }
 
-    def _load(self) -> VectorStore:
+    def _load(self) -> Vectors:
         """The committed vectors, shared per process and refreshed (one stat) when a commit landed."""
         model_id = self._embedder().model_id
+        backend = str(self.settings.get("vectors", "numpy"))
+        # pgvector: the server is looked up per request (an env or store.url change, or none left:
+        # unconfigured); the numpy store is one folder
+        where = vectors_url(self.env.workspace.data_dir) if backend == "pgvector" else None
+        key = (self._dir, backend, where)
         with _LOCK:
-            store = _STORES.get(self._dir)
+            store = _STORES.get(key)
             if store is None or store.model_id != model_id:
-                store = _STORES[self._dir] = VectorStore(self._dir, model_id=model_id)
+                store = _STORES[key] = self._vectors(model_id)
         if not store.refresh():
             if catching_up(self.manifest_path):  # the background run has not committed yet: nothing, partial
                 return store

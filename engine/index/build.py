@@ -12,6 +12,10 @@ An index-backed expert returns an :class:`Indexer` from ``indexer()``::
         def remove(self, keys: list[str]) -> None
         def commit(self) -> None        # durable after this returns
         def close(self) -> None
+        # optional, to be distributable (engine/index/executor.py): add(files) == apply(prepare(task(files)))
+        def task(self, files) -> T         # a picklable description of the batch
+        prepare: (T) -> P                  # a pure, picklable function (runs in any process)
+        def apply(self, prepared: P) -> int
 
 One scan of the workspace (hashes reused when size+mtime are unchanged) is diffed against each
 index's own manifest: only added or changed files are processed, deleted ones dropped. Files go
@@ -38,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..secrets import SecretsPolicy
 from ..types import Project
@@ -57,6 +61,9 @@ from .state import (  # re-exported: the query path and older callers import the
     lock_holder,
     read_head,
 )
+
+if TYPE_CHECKING:
+    from .executor import Executor
 
 __all__ = [
     "CATCHUP_FILE",
@@ -345,8 +352,23 @@ def update_index(
     accept: Callable[[SourceFile], bool] | None = None,
     policy: SecretsPolicy | None = None,
     generation: int | None = None,
+    executor: Executor | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job)."""
+    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job). With a
+    distributing ``executor`` (Ray) and an indexer offering ``task`` / ``prepare`` / ``apply``, its
+    batches are prepared there instead (:mod:`engine.index.distributed`: the same index results)."""
+    if executor is not None and executor.name != "local" and callable(getattr(indexer, "apply", None)):
+        from .distributed import update_distributed
+
+        return update_distributed(
+            IndexJob(name, indexer, accept, generation),
+            workspace,
+            current,
+            executor,
+            batch_files=batch_files,
+            progress=progress,
+            policy=policy,
+        )
     job = IndexJob(name, indexer, accept, generation)
     (report,) = update_indexes(
         [job],

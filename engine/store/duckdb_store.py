@@ -26,7 +26,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,32 +36,21 @@ from ..datadir import ensure_data_dir, mode_problems
 from ..errors import StoreError
 from . import ingest
 from .records import (
-    BanditArm,
-    BenchmarkEvent,
     CacheEntry,
-    ConfigSnapshot,
-    EventQuery,
-    Experiment,
-    ExpertStats,
-    Feedback,
-    Hint,
-    ReceiptMix,
-    ReceiptQuery,
-    ReceiptSummary,
     RepairReport,
     StoredReceipt,
     StoreHealth,
-    check_feedback,
 )
-from .schema import JSON_COLUMNS, TABLES, select_sql
+from .schema import TABLES, select_sql
 from .spool import SpoolWriter, encode, segment_files, spool_files
-from .sql import event_where, mix_sql, receipt_where, stats_sql
+from .sql_reads import SqlReads, json_value
+from .writes import RowWrites
 
 DB_NAME = "engine.duckdb"
 REPAIR_FIX = "run `engine store repair` (rebuilds engine.duckdb from the spool log; the damaged file is kept aside)"
 
 
-class DuckDBStore:
+class DuckDBStore(SqlReads, RowWrites):
     """The default :class:`~engine.store.port.Store`: spool files + one DuckDB file per data dir."""
 
     def __init__(self, data_dir: Path) -> None:
@@ -75,41 +64,6 @@ class DuckDBStore:
     # ------------------------------------------------------------------ write path
     def _append(self, table: str, rows: Iterable[dict[str, Any]], *, durable: bool) -> None:
         self._spool.append((encode(table, r) for r in rows), durable=durable)
-
-    def put_receipt(self, receipt: Mapping[str, Any]) -> None:
-        self._append("receipts", [{"body": dict(receipt)}], durable=True)
-
-    def record_events(self, events: Iterable[BenchmarkEvent]) -> None:
-        self._append("tool_benchmark_events", (e.to_dict() for e in events), durable=False)
-
-    def cache_put(self, entry: CacheEntry) -> None:
-        row = {
-            "cache_key": entry.key,
-            "created_at": entry.created_at,
-            "expires_at": entry.expires_at,
-            "negative": entry.negative,
-            "response": entry.response,
-        }
-        self._append("cache", [row], durable=False)
-
-    def put_feedback(self, feedback: Feedback) -> None:
-        check_feedback(feedback, self.get_receipt(feedback.receipt_id))
-        row = feedback.to_dict()
-        row["useful_item_ids"] = list(feedback.useful_item_ids)
-        row["not_useful_item_ids"] = list(feedback.not_useful_item_ids)
-        self._append("feedback", [row], durable=True)
-
-    def put_config_snapshot(self, snapshot: ConfigSnapshot) -> None:
-        self._append("config_snapshots", [snapshot.to_dict()], durable=True)
-
-    def put_experiment(self, experiment: Experiment) -> None:
-        self._append("experiments", [experiment.to_dict()], durable=True)
-
-    def put_hint(self, hint: Hint) -> None:
-        self._append("hints", [hint.to_dict()], durable=True)
-
-    def put_bandit(self, arm: BanditArm) -> None:
-        self._append("bandit_state", [arm.to_dict()], durable=True)
 
     def holds_data(self) -> bool:
         if self.db_path.exists() or segment_files(self.log_dir):
@@ -195,33 +149,6 @@ class DuckDBStore:
             finally:
                 con.close()
 
-    def get_receipt(self, receipt_id: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT body FROM receipts WHERE receipt_id = ?", [receipt_id])
-        return _json(rows[0][0]) if rows else None
-
-    def list_receipts(self, query: ReceiptQuery = ReceiptQuery()) -> list[ReceiptSummary]:
-        where, params = receipt_where(query)
-        sql = (
-            "SELECT receipt_id, created_at, pipeline, class, status, result_count, config_version, request_hash, "
-            "json_extract_string(body, '$.request.question') "
-            f"FROM receipts{where} ORDER BY created_at DESC, receipt_id"
-        )
-        if query.limit is not None:
-            sql, params = sql + " LIMIT ?", [*params, query.limit]
-        return [ReceiptSummary(*r) for r in self._read(sql, params)]
-
-    def receipt_mix(self, query: ReceiptQuery = ReceiptQuery()) -> ReceiptMix:
-        sql, params = mix_sql(query)
-        by_class: dict[str | None, int] = {}
-        by_status: dict[str, int] = {}
-        total = hits = 0
-        for klass, status, hit, n in self._read(sql, params):
-            total += n
-            hits += n if hit else 0
-            by_class[klass] = by_class.get(klass, 0) + n
-            by_status[status] = by_status.get(status, 0) + n
-        return ReceiptMix(total, by_class, by_status, hits)
-
     def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
         sql, params = select_sql("receipts"), []
         if receipt_id is not None:
@@ -242,30 +169,6 @@ class DuckDBStore:
             if not got:
                 raise StoreError("the store is busy", fix="another engine process holds store.lock", state="busy")
             yield from ingest.logged_receipts(self.spool_dir, self.log_dir)
-
-    def list_events(self, query: EventQuery = EventQuery()) -> list[BenchmarkEvent]:
-        where, params = event_where(query)
-        sql = f"{select_sql('tool_benchmark_events')}{where} ORDER BY created_at, event_id"
-        if query.limit is not None:
-            sql, params = sql + " LIMIT ?", [*params, query.limit]
-        cols = TABLES["tool_benchmark_events"][1]
-        return [BenchmarkEvent(**dict(zip(cols, r, strict=True))) for r in self._read(sql, params)]
-
-    def expert_stats(self, query: EventQuery = EventQuery()) -> list[ExpertStats]:
-        sql, params = stats_sql(query)
-        return [
-            ExpertStats(
-                expert_id=eid,
-                count=n,
-                p50_ms=round(p50, 3),
-                p95_ms=round(p95, 3),
-                timeout_rate=round(timeouts / n, 4),
-                error_rate=round(errors / n, 4),
-                labelled=labelled,
-                hit_rate=round(hits / labelled, 4) if labelled else None,
-            )
-            for eid, n, p50, p95, timeouts, errors, labelled, hits in self._read(sql, params)
-        ]
 
     def cache_get(self, key: str, *, now: float | None = None) -> CacheEntry | None:
         if not self.db_path.exists():
@@ -289,51 +192,7 @@ class DuckDBStore:
                 con.close()
         if row is None:
             return None
-        return CacheEntry(key, _json(row[0]), bool(row[1]), row[2], row[3])
-
-    def list_feedback(self, receipt_id: str | None = None) -> list[Feedback]:
-        return [
-            Feedback(
-                **{
-                    **r,
-                    "useful_item_ids": tuple(r["useful_item_ids"] or ()),
-                    "not_useful_item_ids": tuple(r["not_useful_item_ids"] or ()),
-                }
-            )
-            for r in self._rows("feedback", "receipt_id", receipt_id, "created_at, feedback_id")
-        ]
-
-    def get_config_snapshot(self, config_version: str) -> ConfigSnapshot | None:
-        rows = self._rows("config_snapshots", "config_version", config_version, "config_version")
-        return ConfigSnapshot(**rows[0]) if rows else None
-
-    def list_config_snapshots(self) -> list[ConfigSnapshot]:
-        rows = self._rows("config_snapshots", "config_version", None, "created_at, config_version")
-        return [ConfigSnapshot(**r) for r in rows]
-
-    def list_experiments(self, suite: str | None = None) -> list[Experiment]:
-        return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]
-
-    def list_hints(self, project: str | None = None) -> list[Hint]:
-        return [Hint(**r) for r in self._rows("hints", "project", project, "created_at, hint_id")]
-
-    def get_bandit(self, arm_id: str) -> BanditArm | None:
-        rows = self._rows("bandit_state", "arm_id", arm_id, "arm_id")
-        return BanditArm(**rows[0]) if rows else None
-
-    def list_bandit(self, task_class: str | None = None) -> list[BanditArm]:
-        return [BanditArm(**r) for r in self._rows("bandit_state", "task_class", task_class, "arm_id")]
-
-    def _rows(self, table: str, column: str, value: str | None, order: str) -> list[dict[str, Any]]:
-        sql, params = select_sql(table), []
-        if value is not None:
-            sql, params = f"{sql} WHERE {column} = ?", [value]
-        cols = TABLES[table][1]
-        out = []
-        for r in self._read(f"{sql} ORDER BY {order}", params):
-            d = dict(zip(cols, r, strict=True))
-            out.append({c: (_json(v) if c in JSON_COLUMNS and v is not None else v) for c, v in d.items()})
-        return out
+        return CacheEntry(key, json_value(row[0]), bool(row[1]), row[2], row[3])
 
     # ------------------------------------------------------------------ upkeep
     def health(self) -> StoreHealth:
@@ -399,7 +258,3 @@ def damaged(path: Path, exc: BaseException) -> StoreError:
     if re.search(r"\block\b", text, re.IGNORECASE):  # DuckDB's own file lock, held by another program
         return StoreError(f"{path.name} is locked: {text}", fix="close the other program holding it", state="busy")
     return StoreError(f"{path.name} is damaged: {text}", fix=REPAIR_FIX, path=str(path), state="damaged")
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value

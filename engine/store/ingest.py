@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 
 from ..datadir import fsync_dir
-from .records import RECEIPT_COLUMNS, RepairReport, receipt_columns
-from .schema import DDL, JSON_COLUMNS, MIGRATIONS, NEWEST_WINS, SCHEMA_VERSION, TABLES, insert_sql
+from .records import RepairReport
+from .schema import DDL, JSON_COLUMNS, MIGRATIONS, NEWEST_WINS, SCHEMA_VERSION, TABLES, insert_sql, row_values
 from .spool import (
     EPHEMERAL,
     Record,
@@ -57,26 +57,13 @@ def prepare(con: duckdb.DuckDBPyConnection, spool_dir: Path, log_dir: Path) -> N
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
 
 
-def _values(table: str, row: dict[str, Any]) -> list[Any] | None:
-    if table == "receipts":  # columns always come from the signed body, never from beside it
-        body = row.get("body")
-        if not isinstance(body, dict) or not isinstance(body.get("receipt_id"), str):
-            return None
-        cols = receipt_columns(body)
-        return [cols[c] for c in RECEIPT_COLUMNS] + [json.dumps(body, ensure_ascii=False)]
-    return [
-        json.dumps(row.get(c), ensure_ascii=False) if c in JSON_COLUMNS and row.get(c) is not None else row.get(c)
-        for c in TABLES[table][1]
-    ]
-
-
 def _insert(con: duckdb.DuckDBPyConnection, records: list[Record]) -> int:
     """Insert records, one key once per statement: the first copy of a key, or the newest for
     upsert tables, as the ON CONFLICT clause would across statements."""
     by_table: dict[str, dict[Any, list[Any]]] = {}
     n = 0
     for table, row in records:
-        values = _values(table, row) if table in TABLES else None
+        values = row_values(table, row) if table in TABLES else None
         if values is None:
             continue
         n += 1

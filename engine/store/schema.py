@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .records import RECEIPT_COLUMNS
+import json
+from typing import Any
+
+from .records import RECEIPT_COLUMNS, receipt_columns
 
 # 2: receipts carry their writer chain (writer, seq, prev_hash); 3: config snapshots, not-useful feedback
 SCHEMA_VERSION = "3"
@@ -72,14 +75,21 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hints": ("hint_id", ("hint_id", "project", "path", "symbol", "source", "created_at")),
     "bandit_state": ("arm_id", ("arm_id", "task_class", "expert_id", "pulls", "reward", "updated_at")),
 }
+#: the same tables in PostgreSQL: text compares bytewise (COLLATE "C") whatever the database's locale,
+#: so ordering and time windows match DuckDB and the in-memory store; the spool offsets have no use there
+PG_DDL = ";".join(
+    stmt.replace("VARCHAR", 'TEXT COLLATE "C"').replace(" DOUBLE", " DOUBLE PRECISION")
+    for stmt in DDL.split(";")
+    if "spool_offsets" not in stmt
+)
 JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids", "not_useful_item_ids", "content"})
 #: upsert tables: the row with the newest value of this column wins, whatever order rows arrive in
 NEWEST_WINS = {"cache": "created_at", "bandit_state": "updated_at"}
 
 
-def insert_sql(table: str, rows: int = 1) -> str:
+def insert_sql(table: str, rows: int = 1, placeholder: str = "?") -> str:
     key, cols = TABLES[table]
-    one = f"({', '.join('?' for _ in cols)})"
+    one = f"({', '.join(placeholder for _ in cols)})"
     head = f"INSERT INTO {table} ({', '.join(cols)}) VALUES {', '.join(one for _ in range(rows))}"
     if table not in NEWEST_WINS:
         return head + " ON CONFLICT DO NOTHING"  # the first copy of a record wins: re-ingest is harmless
@@ -90,3 +100,18 @@ def insert_sql(table: str, rows: int = 1) -> str:
 
 def select_sql(table: str) -> str:
     return f"SELECT {', '.join(TABLES[table][1])} FROM {table}"
+
+
+def row_values(table: str, row: dict[str, Any]) -> list[Any] | None:
+    """A log record's column values in insert order, JSON columns as text; None for a receipt
+    line without a body. Receipt columns always come from the signed body, never from beside it."""
+    if table == "receipts":
+        body = row.get("body")
+        if not isinstance(body, dict) or not isinstance(body.get("receipt_id"), str):
+            return None
+        cols = receipt_columns(body)
+        return [cols[c] for c in RECEIPT_COLUMNS] + [json.dumps(body, ensure_ascii=False)]
+    return [
+        json.dumps(row.get(c), ensure_ascii=False) if c in JSON_COLUMNS and row.get(c) is not None else row.get(c)
+        for c in TABLES[table][1]
+    ]

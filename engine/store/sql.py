@@ -1,31 +1,57 @@
-"""Query text for the DuckDB store's filtered reads (filters are always bound parameters)."""
+"""Query text for the stores' filtered reads (filters are always bound parameters).
+
+One home for both SQL backends: ``dialect`` is ``duckdb`` (``?`` placeholders, DuckDB's list and
+JSON functions) or ``postgres`` (``%s`` placeholders for psycopg, PostgreSQL's own functions).
+Parameters come in the same order for both.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from .records import ERROR_STATUSES, PIPELINE_SEP, EventQuery, ReceiptQuery, timestamp
+
+Dialect = Literal["duckdb", "postgres"]
+#: the pipeline filter: the whole path, or one pipeline on it (params: pipeline, separator, pipeline)
+_ON_PATH = {
+    "duckdb": "(pipeline = ? OR list_contains(string_split(pipeline, ?), ?))",
+    "postgres": "(pipeline = %s OR string_to_array(pipeline, %s) @> ARRAY[%s::text])",
+}
+_QUANTILE = {
+    "duckdb": "quantile_cont(latency_ms, {q})",
+    "postgres": "percentile_cont({q}) WITHIN GROUP (ORDER BY latency_ms)",
+}
+_CACHE_HIT = {
+    "duckdb": "coalesce(json_extract_string(body, '$.cache.hit') = 'true', false)",
+    "postgres": "coalesce((body -> 'cache' ->> 'hit') = 'true', false)",
+}
+
+
+def placeholder(dialect: Dialect) -> str:
+    return "?" if dialect == "duckdb" else "%s"
 
 
 def _where(clauses: list[str]) -> str:
     return f" WHERE {' AND '.join(clauses)}" if clauses else ""
 
 
-def receipt_where(q: ReceiptQuery) -> tuple[str, list[Any]]:
+def receipt_where(q: ReceiptQuery, dialect: Dialect = "duckdb") -> tuple[str, list[Any]]:
+    ph = placeholder(dialect)
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (("class", q.klass), ("status", q.status), ("config_version", q.config_version)):
         if value is not None:
-            clauses.append(f"{column} = ?")
+            clauses.append(f"{column} = {ph}")
             params.append(value)
     if q.pipeline is not None:
-        clauses.append("(pipeline = ? OR list_contains(string_split(pipeline, ?), ?))")
+        clauses.append(_ON_PATH[dialect])
         params += [q.pipeline, PIPELINE_SEP, q.pipeline]
-    _window(clauses, params, q.since, q.until)
+    _window(clauses, params, q.since, q.until, ph)
     return _where(clauses), params
 
 
-def event_where(q: EventQuery) -> tuple[str, list[Any]]:
+def event_where(q: EventQuery, dialect: Dialect = "duckdb") -> tuple[str, list[Any]]:
+    ph = placeholder(dialect)
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (
@@ -35,28 +61,29 @@ def event_where(q: EventQuery) -> tuple[str, list[Any]]:
         ("run_id", q.run_id),
     ):
         if value is not None:
-            clauses.append(f"{column} = ?")
+            clauses.append(f"{column} = {ph}")
             params.append(value)
-    _window(clauses, params, q.since, q.until)
+    _window(clauses, params, q.since, q.until, ph)
     return _where(clauses), params
 
 
-def _window(clauses: list[str], params: list[Any], since: Any, until: Any) -> None:
+def _window(clauses: list[str], params: list[Any], since: Any, until: Any, ph: str) -> None:
     if since is not None:
-        clauses.append("created_at >= ?")
+        clauses.append(f"created_at >= {ph}")
         params.append(timestamp(since))
     if until is not None:
-        clauses.append("created_at < ?")
+        clauses.append(f"created_at < {ph}")
         params.append(timestamp(until))
 
 
-def stats_sql(q: EventQuery) -> tuple[str, list[Any]]:
+def stats_sql(q: EventQuery, dialect: Dialect = "duckdb") -> tuple[str, list[Any]]:
     """Per expert: count, p50, p95, timeouts, errors, labelled, hits (rates are divided in Python,
-    the same way the in-memory twin does, so both backends round alike)."""
-    where, params = event_where(q)
-    errors = ", ".join("?" for _ in ERROR_STATUSES)
+    the same way the in-memory twin does, so every backend rounds alike)."""
+    where, params = event_where(q, dialect)
+    errors = ", ".join(placeholder(dialect) for _ in ERROR_STATUSES)
+    p50, p95 = (_QUANTILE[dialect].format(q=q) for q in (0.5, 0.95))
     sql = (
-        "SELECT expert_id, count(*), quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), "
+        f"SELECT expert_id, count(*), {p50}, {p95}, "
         "count(*) FILTER (WHERE status = 'timeout'), "
         f"count(*) FILTER (WHERE status IN ({errors})), "
         "count(hit), count(*) FILTER (WHERE hit) "
@@ -65,11 +92,8 @@ def stats_sql(q: EventQuery) -> tuple[str, list[Any]]:
     return sql, [*ERROR_STATUSES, *params]
 
 
-def mix_sql(q: ReceiptQuery) -> tuple[str, list[Any]]:
+def mix_sql(q: ReceiptQuery, dialect: Dialect = "duckdb") -> tuple[str, list[Any]]:
     """Receipts by class, status and whether the cache answered them (from the signed body)."""
-    where, params = receipt_where(q)
-    sql = (
-        "SELECT class, status, coalesce(json_extract_string(body, '$.cache.hit') = 'true', false) AS hit, "
-        f"count(*) FROM receipts{where} GROUP BY ALL"
-    )
+    where, params = receipt_where(q, dialect)
+    sql = f"SELECT class, status, {_CACHE_HIT[dialect]} AS hit, count(*) FROM receipts{where} GROUP BY 1, 2, 3"
     return sql, params

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from engine.indexing import index_workspace
 from engine.spec import load_config
@@ -21,6 +23,7 @@ from engine.workspace import Workspace
 
 from ..helpers import ask
 
+KEEP = {"experts.yaml", "priors.yaml", "classifier.yaml", "pipelines"}
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "pinned_fusion.json"
 
 CASES: dict[str, dict[str, Any]] = {
@@ -70,8 +73,16 @@ def all_indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     make_repo(ws / "beta", BETA)
     (ws / "alpha" / "alpha" / "retry.py").write_text(ALPHA["alpha/retry.py"] + "\n# backoff jitter added\n")
     git(ws / "alpha", "commit", "-qam", "Add jitter to the retry backoff")
-    index_workspace(Workspace.open([ws]), load_config(ROOT), progress=False)
-    return ws, ROOT
+    # the repo's config with every expert's timeout raised: these answers pin fusion, not a loaded
+    # machine's timing (an expert cut by its deadline would change them)
+    config = base / "config"
+    shutil.copytree(ROOT, config, ignore=lambda d, names: [n for n in names if n not in KEEP and d == str(ROOT)])
+    experts = yaml.safe_load((config / "experts.yaml").read_text())
+    for spec in experts["experts"].values():
+        spec["timeout_ms"] = max(int(spec.get("timeout_ms", 2000)) * 10, 30_000)
+    (config / "experts.yaml").write_text(yaml.safe_dump(experts, sort_keys=False))
+    index_workspace(Workspace.open([ws]), load_config(config), progress=False)
+    return ws, config
 
 
 def test_fused_answers_are_unchanged(all_indexed: tuple[Path, Path]) -> None:
