@@ -32,6 +32,7 @@ from .deadlines import TAIL, LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv
 from .graph import PipelineGraph, build_graph
+from .hints import HINT_LANE, HintBook, Observation, observe
 from .index.build import read_head
 from .index.manifest import read_generation
 from .items import CachedAnswer
@@ -43,7 +44,7 @@ from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
 from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, escape_undecodable, parse_request
-from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Store, open_store
+from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Feedback, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
 
@@ -81,6 +82,14 @@ class _NewVersion:
         return ConfigSnapshot(self.version, json.loads(canonical_json(content)), self.created_at)
 
 
+@dataclass(frozen=True)
+class _Learn:
+    """An answer (``feedback`` None) or feedback on it to learn hints from, in :meth:`Router.flush`."""
+
+    seen: Observation
+    feedback: Feedback | None
+
+
 @dataclass
 class _Loaded:
     config: ConfigSet
@@ -113,7 +122,7 @@ class Router:
         self.receipt_log = ReceiptLog(self.store, keys if keys is not None else KeyRing(workspace.data_dir))
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._loaded: _Loaded | None = None
-        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion] = []
+        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion | _Learn] = []
         self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
@@ -122,6 +131,9 @@ class Router:
         self._pipelines_mtime = -1
         self._latency: LatencyModel | None = None
         self._flushes = 0
+        self._hints: HintBook | None = None
+        # recent answers' observations, so feedback on them can teach (engine.hints); bounded
+        self._observed: dict[str, Observation] = {}
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int, int], ...]:
@@ -199,6 +211,30 @@ class Router:
 
     def latency_p95(self, expert: str) -> float | None:
         return self.latency.p95(expert)
+
+    def hint_book(self) -> HintBook:
+        """Every hint of the store, read once per Router (then kept current by :meth:`flush`)."""
+        if self._hints is None:
+            try:
+                self._hints = HintBook.load(self.store)
+            except StoreError as exc:  # a damaged store: no hints, never a failed answer
+                log.warning("store: %s", exc.message)
+                self._hints = HintBook()
+        return self._hints
+
+    def record_feedback(self, feedback: Feedback) -> None:
+        """Store feedback (checked against its receipt) and, for an answer this Router gave recently,
+        queue the hints it teaches (written by :meth:`flush`).
+
+        Raises:
+            InvalidRequest: the receipt or an item id is unknown (:meth:`Store.put_feedback`).
+            StoreError: it could not be stored.
+        """
+        self.store.put_feedback(feedback)
+        with self._after_lock:
+            seen = self._observed.get(feedback.receipt_id)
+            if seen is not None:
+                self._after.append(_Learn(seen, feedback))
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
         """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
@@ -341,7 +377,15 @@ class Router:
         receipt = state.receipt or {}
         c = state.classification
         question_hash = str(receipt.get("request_hash") or state.request.hash())
+        if state.hints is not None and c is not None and receipt.get("receipt_id"):  # a run with a hints node teaches
+            seen = observe(state, str(receipt["receipt_id"]))
+            self._observed[seen.receipt_id] = seen
+            while len(self._observed) > MEMO_SIZE:
+                self._observed.pop(next(iter(self._observed)))
+            self._after.append(_Learn(seen, None))
         for name, o in sorted(state.outcomes.items()):
+            if o.expert == HINT_LANE:  # read from memory, no expert was called
+                continue
             self.latency.observe(o.expert, o.latency_ms, o.status)
             if o.status == "skipped":  # not called (engine.deadlines): no call to record
                 continue
@@ -408,6 +452,8 @@ class Router:
                     self.store.cache_put(entry)
                 elif isinstance(entry, _NewVersion):  # kept so two versions seen in receipts can be diffed
                     self.store.put_config_snapshot(entry.snapshot())
+                elif isinstance(entry, _Learn):
+                    self._learn(entry)
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
                 # recent latencies of every process on this store, read in a daemon thread; a
@@ -416,6 +462,19 @@ class Router:
                     self.latency.refresh_soon()
         except StoreError as exc:
             log.warning("store: %s", exc.message)
+
+    def _learn(self, entry: _Learn) -> None:
+        """Hints from an answer (agreement) or from feedback on it, into the store and the book."""
+        book = self.hint_book()
+        seen, fb = entry.seen, entry.feedback
+        if fb is None:
+            hints = seen.hints(seen.receipt_id, "agreement", seen.agreement(), book.hashes)
+        else:
+            judged = seen.judged(fb.useful_item_ids, fb.not_useful_item_ids)
+            hints = seen.hints(fb.feedback_id, "feedback", judged, book.hashes)
+        for h in hints:
+            self.store.put_hint(h)
+        book.add(hints)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -7,6 +7,8 @@
 * "one expert suffices": a prior ≥ ``gate.single_expert_at`` with every other prior below
   ``gate.single_expert_others_below`` runs alone;
 * at most ``min(budget.max_experts, gate.max_experts)`` run, highest prior first;
+* after a ``hints`` node, experts that contributed nothing to similar questions may be skipped,
+  within that node's ``skip`` bounds (:meth:`engine.hints.HintPlan.apply_skips`);
 * nothing left ⇒ :class:`~engine.errors.GateError` (``zero_expert_gate``), never "run everything".
 """
 
@@ -30,6 +32,8 @@ class GateNode(Node):
     async def run(self, state: RunState) -> None:
         allowed = self.settings.get("experts")
         state.selection = select(state, set(allowed) if allowed else None)
+        if state.hints is not None:  # experts idle on similar questions, within the hints node's bounds
+            state.hints.apply_skips(state.selection.experts, state.selection.reasons)
         if not state.selection.experts:
             raise GateError(
                 "no expert passed the gate for this question; see receipt.experts_selected for why",

@@ -106,7 +106,10 @@ class DuckDBStore:
         self._append("experiments", [experiment.to_dict()], durable=True)
 
     def put_hint(self, hint: Hint) -> None:
-        self._append("hints", [hint.to_dict()], durable=True)
+        # advisory, written after the answer: losing the last few to a crash is acceptable (as events)
+        row = hint.to_dict()
+        row["keys"] = list(hint.keys)
+        self._append("hints", [row], durable=False)
 
     def put_bandit(self, arm: BanditArm) -> None:
         self._append("bandit_state", [arm.to_dict()], durable=True)
@@ -314,7 +317,8 @@ class DuckDBStore:
         return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]
 
     def list_hints(self, project: str | None = None) -> list[Hint]:
-        return [Hint(**r) for r in self._rows("hints", "project", project, "created_at, hint_id")]
+        rows = self._rows("hints", "project", project, "created_at, hint_id")
+        return [Hint(**{**r, "keys": tuple(r["keys"] or ()), "weight": r["weight"] or 0.0}) for r in rows]
 
     def get_bandit(self, arm_id: str) -> BanditArm | None:
         rows = self._rows("bandit_state", "arm_id", arm_id, "arm_id")

@@ -263,7 +263,14 @@ class Experiment(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Hint(_Record):
-    """A cross-index hint: a path or symbol in a project worth boosting, and where it came from."""
+    """What one answer (or one feedback) taught about the questions of its ``keys`` (engine.hints).
+
+    A *file* hint (``path`` set) says a file answered them: ``weight`` +1 confirmed (corroborated
+    across precision classes, or marked useful), -1 marked not useful; ``content_hash`` is the
+    file's sha256 then (a changed file expires it). An *expert* hint (``expert`` set, no ``path``)
+    says whether the expert contributed (``weight`` 1) or ran for nothing (0). Both are valid only
+    under the ``config_version`` that produced them. ``source``: agreement | feedback.
+    """
 
     hint_id: str
     project: str
@@ -271,6 +278,12 @@ class Hint(_Record):
     symbol: str | None
     source: str
     created_at: str = field(default_factory=now_iso)
+    keys: tuple[str, ...] = ()  # the question's feature keys ("id:parse_args", "kw:retry", "class:identifier")
+    klass: str | None = None
+    expert: str | None = None
+    content_hash: str | None = None
+    config_version: str | None = None
+    weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
