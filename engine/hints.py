@@ -197,6 +197,7 @@ class Observation:
     items: tuple[AnsweredItem, ...]  # the answer's first items, best first
     ran: tuple[str, ...]  # experts that answered (status ok or partial)
     roots: Mapping[str, Path]  # project → root
+    bandit: tuple[str, str] | None = None  # (scope, class) of the bandit draw the run used, if any
 
     def agreement(self) -> list[tuple[AnsweredItem, float]]:
         """Items corroborated across precision classes (the hint lane itself is no witness)."""
@@ -205,6 +206,12 @@ class Observation:
     def judged(self, useful: Iterable[str], not_useful: Iterable[str]) -> list[tuple[AnsweredItem, float]]:
         good, bad = set(useful), set(not_useful)
         return [(it, 1.0 if it.item_id in good else -1.0) for it in self.items if it.item_id in good | bad]
+
+    def rewards(self, useful: Iterable[str]) -> dict[str, bool]:
+        """Per expert that ran: did it return an item marked useful (the bandit's reward)?"""
+        good = set(useful)
+        helped = {e for it in self.items if it.item_id in good for e in it.experts}
+        return {e: e in helped for e in self.ran}
 
     def hints(
         self, origin: str, source: str, judged: Sequence[tuple[AnsweredItem, float]], hashes: FileHashes
@@ -267,7 +274,10 @@ def observe(state: RunState, receipt_id: str) -> Observation:
         items.append(AnsweredItem(it.id, it.project, it.path, found, frozenset(classes[k] for k in keys)))
     ran = sorted({o.expert for o in state.outcomes.values() if o.status in ("ok", "partial") and o.expert != HINT_LANE})
     roots = {p.name: p.root for p in state.workspace.projects}
-    return Observation(receipt_id, state.config_version, c.klass, question_keys(c), tuple(items), tuple(ran), roots)
+    drawn = (state.bandit.scope, "abstained" if c.abstained else c.klass) if state.bandit is not None else None
+    return Observation(
+        receipt_id, state.config_version, c.klass, question_keys(c), tuple(items), tuple(ran), roots, drawn
+    )
 
 
 class HintBook:

@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from . import heap
+from .bandit import Bandit
 from .config import load_config
 from .deadlines import TAIL, LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv
+from .flywheel import Flywheel, Learn
 from .graph import PipelineGraph, build_graph
-from .hints import HINT_LANE, HintBook, Observation, observe
+from .hints import HINT_LANE, HintBook
 from .index.build import read_head
 from .index.manifest import read_generation
 from .items import CachedAnswer
@@ -82,14 +84,6 @@ class _NewVersion:
         return ConfigSnapshot(self.version, json.loads(canonical_json(content)), self.created_at)
 
 
-@dataclass(frozen=True)
-class _Learn:
-    """An answer (``feedback`` None) or feedback on it to learn hints from, in :meth:`Router.flush`."""
-
-    seen: Observation
-    feedback: Feedback | None
-
-
 @dataclass
 class _Loaded:
     config: ConfigSet
@@ -122,7 +116,7 @@ class Router:
         self.receipt_log = ReceiptLog(self.store, keys if keys is not None else KeyRing(workspace.data_dir))
         self.pool = ExpertPool(ExpertEnv(workspace))
         self._loaded: _Loaded | None = None
-        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion | _Learn] = []
+        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion | Learn] = []
         self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
@@ -131,9 +125,7 @@ class Router:
         self._pipelines_mtime = -1
         self._latency: LatencyModel | None = None
         self._flushes = 0
-        self._hints: HintBook | None = None
-        # recent answers' observations, so feedback on them can teach (engine.hints); bounded
-        self._observed: dict[str, Observation] = {}
+        self.flywheel = Flywheel(self.store)  # hints and the bandit: read by nodes, fed after answers
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int, int], ...]:
@@ -213,14 +205,10 @@ class Router:
         return self.latency.p95(expert)
 
     def hint_book(self) -> HintBook:
-        """Every hint of the store, read once per Router (then kept current by :meth:`flush`)."""
-        if self._hints is None:
-            try:
-                self._hints = HintBook.load(self.store)
-            except StoreError as exc:  # a damaged store: no hints, never a failed answer
-                log.warning("store: %s", exc.message)
-                self._hints = HintBook()
-        return self._hints
+        return self.flywheel.hint_book()
+
+    def bandit(self) -> Bandit:
+        return self.flywheel.bandit()
 
     def record_feedback(self, feedback: Feedback) -> None:
         """Store feedback (checked against its receipt) and, for an answer this Router gave recently,
@@ -231,10 +219,10 @@ class Router:
             StoreError: it could not be stored.
         """
         self.store.put_feedback(feedback)
-        with self._after_lock:
-            seen = self._observed.get(feedback.receipt_id)
-            if seen is not None:
-                self._after.append(_Learn(seen, feedback))
+        learn = self.flywheel.feedback(feedback)
+        if learn is not None:
+            with self._after_lock:
+                self._after.append(learn)
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
         """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
@@ -377,12 +365,9 @@ class Router:
         receipt = state.receipt or {}
         c = state.classification
         question_hash = str(receipt.get("request_hash") or state.request.hash())
-        if state.hints is not None and c is not None and receipt.get("receipt_id"):  # a run with a hints node teaches
-            seen = observe(state, str(receipt["receipt_id"]))
-            self._observed[seen.receipt_id] = seen
-            while len(self._observed) > MEMO_SIZE:
-                self._observed.pop(next(iter(self._observed)))
-            self._after.append(_Learn(seen, None))
+        learn = self.flywheel.observed(state, str(receipt.get("receipt_id") or ""))
+        if learn is not None:
+            self._after.append(learn)
         for name, o in sorted(state.outcomes.items()):
             if o.expert == HINT_LANE:  # read from memory, no expert was called
                 continue
@@ -452,8 +437,8 @@ class Router:
                     self.store.cache_put(entry)
                 elif isinstance(entry, _NewVersion):  # kept so two versions seen in receipts can be diffed
                     self.store.put_config_snapshot(entry.snapshot())
-                elif isinstance(entry, _Learn):
-                    self._learn(entry)
+                elif isinstance(entry, Learn):
+                    self.flywheel.learn(entry)
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
                 # recent latencies of every process on this store, read in a daemon thread; a
@@ -462,19 +447,6 @@ class Router:
                     self.latency.refresh_soon()
         except StoreError as exc:
             log.warning("store: %s", exc.message)
-
-    def _learn(self, entry: _Learn) -> None:
-        """Hints from an answer (agreement) or from feedback on it, into the store and the book."""
-        book = self.hint_book()
-        seen, fb = entry.seen, entry.feedback
-        if fb is None:
-            hints = seen.hints(seen.receipt_id, "agreement", seen.agreement(), book.hashes)
-        else:
-            judged = seen.judged(fb.useful_item_ids, fb.not_useful_item_ids)
-            hints = seen.hints(fb.feedback_id, "feedback", judged, book.hashes)
-        for h in hints:
-            self.store.put_hint(h)
-        book.add(hints)
 
     async def aclose(self) -> None:
         await self.pool.aclose()

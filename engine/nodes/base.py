@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from ..bandit import Bandit, Draw
 from ..errors import EngineError, GraphError
 from ..experts.base import Expert
 from ..hints import HINT_LANE, HintBook, HintPlan
@@ -88,6 +89,10 @@ class Services(Protocol):
 
     def hint_book(self) -> HintBook:
         """What earlier answers taught (engine.hints), in memory: lookups are dict reads."""
+        ...
+
+    def bandit(self) -> Bandit:
+        """The feedback bandit's arms (engine.bandit), in memory: draws are reads."""
         ...
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +175,7 @@ class RunState:
     receipt: dict[str, Any] | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)  # branch decisions, sub-query plans
     hints: HintPlan | None = None  # the hints node's lookup: the hint lane, skips the gate applied
+    bandit: Draw | None = None  # the gate's bandit draw (priors.yaml bandit.enabled)
     node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
     def weights(self) -> dict[str, float]:

@@ -41,6 +41,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         **({"lanes": {k: lane.to_receipt() for k, lane in sorted(state.lanes.items())}} if state.lanes else {}),
         **({"trace": state.trace} if state.trace else {}),
         **({"hints": state.hints.to_receipt()} if state.hints is not None else {}),
+        **({"bandit": state.bandit.to_receipt()} if state.bandit is not None else {}),
         "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
         "budget": {
             "asked": req.budget.to_dict(),
