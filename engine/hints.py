@@ -135,7 +135,9 @@ class HintPlan:
     precision_class: str
     lane: list[LaneFile] = field(default_factory=list)
     expired: int = 0  # file hints not used because the file changed since
-    stats: dict[str, tuple[int, int]] = field(default_factory=dict)  # expert → (runs, contributions)
+    stats: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # expert → (similar answers it ran on, contributed to)
     bounds: SkipBounds | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # expert → why the gate skipped it
 
@@ -256,6 +258,7 @@ class Observation:
             content_hash=digest,
             config_version=self.config_version,
             weight=weight,
+            receipt_id=self.receipt_id,
         )
 
 
@@ -288,8 +291,9 @@ class HintBook:
         self._seen: set[str] = set()
         # version → key → (project, path, content hash) → net weight
         self._files: dict[str, dict[str, dict[tuple[str, str, str], float]]] = {}
-        # version → key → expert → [runs, contributions]
-        self._experts: dict[str, dict[str, dict[str, list[int]]]] = {}
+        # version → key → expert → answer (receipt id) → (contributed, from feedback): an answer
+        # counts once per expert, and what feedback said about it wins over agreement
+        self._experts: dict[str, dict[str, dict[str, dict[str, tuple[bool, bool]]]]] = {}
         self.hashes = FileHashes()
 
     @classmethod
@@ -311,9 +315,10 @@ class HintBook:
                         by_file[at] = by_file.get(at, 0.0) + h.weight
                     elif h.expert:
                         tally = self._experts.setdefault(h.config_version, {}).setdefault(key, {})
-                        runs = tally.setdefault(h.expert, [0, 0])
-                        runs[0] += 1
-                        runs[1] += h.weight > 0
+                        answers = tally.setdefault(h.expert, {})
+                        answer, judged = h.receipt_id or h.hint_id, h.source == "feedback"
+                        if judged or not answers.get(answer, (False, False))[1]:
+                            answers[answer] = (h.weight > 0, judged)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -336,6 +341,7 @@ class HintBook:
         scores: dict[tuple[str, str], float] = {}
         named: dict[tuple[str, str], list[str]] = {}
         lines: dict[tuple[str, str], int] = {}
+        seen: dict[str, dict[str, tuple[bool, bool]]] = {}  # expert → the similar answers it ran on
         with self._lock:
             files, experts = self._files.get(version, {}), self._experts.get(version, {})
             for key in keys:
@@ -351,9 +357,9 @@ class HintBook:
                     scores[(project, path)] = scores.get((project, path), 0.0) + w * net / len(confirmed)
                     named.setdefault((project, path), []).append(key)
                     lines[(project, path)] = got[1]
-                for expert, (runs, hits) in experts.get(key, {}).items():
-                    old = plan.stats.get(expert, (0, 0))
-                    plan.stats[expert] = (old[0] + runs, old[1] + hits)
+                for expert, answers in experts.get(key, {}).items():
+                    seen.setdefault(expert, {}).update(answers)
+        plan.stats = {e: (len(a), sum(hit for hit, _ in a.values())) for e, a in sorted(seen.items())}
         ranked = sorted(((-s, at) for at, s in scores.items() if s >= min_score))[:max_files]
         plan.lane = [LaneFile(p, f, -s, tuple(named[(p, f)]), lines[(p, f)]) for s, (p, f) in ranked]
         return plan

@@ -284,6 +284,7 @@ class Hint(_Record):
     content_hash: str | None = None
     config_version: str | None = None
     weight: float = 1.0
+    receipt_id: str | None = None  # the answer it was learned from (an answer counts once per expert)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS feedback (
 CREATE TABLE IF NOT EXISTS config_snapshots (config_version VARCHAR PRIMARY KEY, created_at VARCHAR, content JSON);
 CREATE TABLE IF NOT EXISTS hints (
   hint_id VARCHAR PRIMARY KEY, project VARCHAR, path VARCHAR, symbol VARCHAR, source VARCHAR, created_at VARCHAR,
-  keys JSON, klass VARCHAR, expert VARCHAR, content_hash VARCHAR, config_version VARCHAR, weight DOUBLE);
+  keys JSON, klass VARCHAR, expert VARCHAR, content_hash VARCHAR, config_version VARCHAR, weight DOUBLE,
+  receipt_id VARCHAR);
 CREATE TABLE IF NOT EXISTS bandit_state (
   arm_id VARCHAR PRIMARY KEY, task_class VARCHAR, expert_id VARCHAR, pulls INTEGER, reward DOUBLE,
   updated_at VARCHAR);
@@ -47,6 +48,7 @@ MIGRATIONS = (
     "ALTER TABLE hints ADD COLUMN IF NOT EXISTS content_hash VARCHAR",
     "ALTER TABLE hints ADD COLUMN IF NOT EXISTS config_version VARCHAR",
     "ALTER TABLE hints ADD COLUMN IF NOT EXISTS weight DOUBLE",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS receipt_id VARCHAR",
 )
 
 #: table → (primary key, columns in insert order); a spool line names its table
@@ -92,6 +94,7 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
             "content_hash",
             "config_version",
             "weight",
+            "receipt_id",
         ),
     ),
     "bandit_state": ("arm_id", ("arm_id", "task_class", "expert_id", "pulls", "reward", "updated_at")),

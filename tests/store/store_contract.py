@@ -243,7 +243,7 @@ class StoreContract:
         assert store.list_hints("beta")[0].symbol == "Foo"
         full = Hint(
             "h3", "alpha", "b.py", None, "feedback", ts(3), ("id:foo", "class:identifier"), "identifier",
-            "bm25,ripgrep", "ab" * 32, "cfg1", -1.0,
+            "bm25,ripgrep", "ab" * 32, "cfg1", -1.0, "r1",
         )  # fmt: skip
         store.put_hint(full)
         assert store.list_hints("alpha")[-1] == full  # every field of a flywheel hint round-trips (engine.hints)
