@@ -8,7 +8,8 @@ Two questions are *similar* when they share keys.
 Router's after-answer queue and turned into :class:`~engine.store.records.Hint` rows by its
 flush). A *file* hint says a file answered questions of these keys: +1 when it was corroborated
 across precision classes or marked useful by feedback, -1 when feedback marked it not useful. An
-*expert* hint says whether an expert that ran contributed to such an item (1) or not (0). Every
+*expert* hint says how much an expert that ran contributed: its largest share of such an item
+(1 / the experts that found it; 1.0 alone, 0 none). Every
 hint carries the config version that produced it and, for a file, its content hash then.
 
 **Expiry.** A hint counts only under the config version that produced it, and a file hint only
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 HINT_LANE = "hints"  # the lane's (and its outcome's) name in fusion, sources and the receipt
 OBSERVED_ITEMS = 10  # the answer's first items an observation keeps (nDCG@10's window)
 MAX_KEYWORDS = 6
+REWARD_TOP = 3  # the bandit rewards an expert that ranked a useful item this high in its own list
 KEY_KINDS = ("identifiers", "paths", "literals", "keywords", "class")
+SKIP_KEYS = ("min_observations", "max_rate", "keep_at_least", "max_skipped", "protect", "min_share")
 
 
 def question_keys(c: Classification) -> tuple[str, ...]:
@@ -91,6 +94,8 @@ class SkipBounds:
 
     min_observations: int = 8  # an expert needs this many runs on similar questions to be judged
     max_rate: float = 0.0  # ... and to have contributed to at most this share of them
+    min_share: float = 0.0  # credit: an expert contributed when its share of a confirmed item (1 / the
+    # experts that found it) is above this; 0: any part in one, 0.5: found it with at most one other
     keep_at_least: int = 2  # never skip below this many experts
     max_skipped: int = 1  # never skip more than this many per question
     protect: tuple[str, ...] = ()  # never skipped
@@ -100,20 +105,23 @@ class SkipBounds:
         if not raw:
             return None
         if not isinstance(raw, Mapping):
-            raise ValueError("must be a mapping (min_observations, max_rate, keep_at_least, max_skipped, protect)")
-        unknown = set(raw) - {"min_observations", "max_rate", "keep_at_least", "max_skipped", "protect"}
+            raise ValueError(f"must be a mapping ({', '.join(SKIP_KEYS)})")
+        unknown = set(raw) - set(SKIP_KEYS)
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
         d = cls()
         b = cls(
-            int(raw.get("min_observations", d.min_observations)),
-            float(raw.get("max_rate", d.max_rate)),
-            int(raw.get("keep_at_least", d.keep_at_least)),
-            int(raw.get("max_skipped", d.max_skipped)),
-            tuple(raw.get("protect", ())),
+            min_observations=int(raw.get("min_observations", d.min_observations)),
+            max_rate=float(raw.get("max_rate", d.max_rate)),
+            min_share=float(raw.get("min_share", d.min_share)),
+            keep_at_least=int(raw.get("keep_at_least", d.keep_at_least)),
+            max_skipped=int(raw.get("max_skipped", d.max_skipped)),
+            protect=tuple(raw.get("protect", ())),
         )
         if b.min_observations < 1 or b.keep_at_least < 1 or b.max_skipped < 0 or not 0.0 <= b.max_rate < 1.0:
             raise ValueError("min_observations >= 1, keep_at_least >= 1, max_skipped >= 0, 0 <= max_rate < 1")
+        if not 0.0 <= b.min_share < 1.0:
+            raise ValueError("0 <= min_share < 1")
         return b
 
 
@@ -185,6 +193,7 @@ class AnsweredItem:
     path: str
     experts: tuple[str, ...]  # the experts (lane keys mapped to their expert) that returned it
     precision: frozenset[str]  # their precision classes
+    ranks: tuple[int, ...] = ()  # each of ``experts``' best rank of it in its own list
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +218,13 @@ class Observation:
         good, bad = set(useful), set(not_useful)
         return [(it, 1.0 if it.item_id in good else -1.0) for it in self.items if it.item_id in good | bad]
 
-    def rewards(self, useful: Iterable[str]) -> dict[str, bool]:
-        """Per expert that ran: did it return an item marked useful (the bandit's reward)?"""
+    def rewards(self, useful: Iterable[str], top: int = REWARD_TOP) -> dict[str, bool]:
+        """Per expert that ran: did it rank an item marked useful among its own first ``top`` (the
+        bandit's reward: an expert that puts the right file first deserves more weight in fusion)?"""
         good = set(useful)
-        helped = {e for it in self.items if it.item_id in good for e in it.experts}
+        helped = {
+            e for it in self.items if it.item_id in good for e, r in zip(it.experts, it.ranks, strict=True) if r <= top
+        }
         return {e: e in helped for e in self.ran}
 
     def hints(
@@ -229,9 +241,12 @@ class Observation:
             if got is None:
                 continue
             out.append(self._hint(origin, source, it.project, it.path, None, got[0], weight, ",".join(it.experts)))
-        helped = {e for it, w in judged if w > 0 for e in it.experts}
+        share: dict[str, float] = {}  # expert → its largest share of a confirmed item (1: found it alone)
+        for it, w in judged:
+            for e in it.experts if w > 0 else ():
+                share[e] = max(share.get(e, 0.0), 1.0 / len(it.experts))
         for expert in self.ran:
-            out.append(self._hint(origin, source, "", None, expert, None, 1.0 if expert in helped else 0.0, expert))
+            out.append(self._hint(origin, source, "", None, expert, None, round(share.get(expert, 0.0), 4), expert))
         return out
 
     def _hint(
@@ -272,9 +287,15 @@ def observe(state: RunState, receipt_id: str) -> Observation:
     for it in state.fused[:OBSERVED_ITEMS]:
         if not it.path or it.kind == "commit":
             continue
-        keys = [s.expert for s in it.sources if s.expert in experts]
-        found = tuple(sorted({experts[k] for k in keys}))
-        items.append(AnsweredItem(it.id, it.project, it.path, found, frozenset(classes[k] for k in keys)))
+        best: dict[str, int] = {}
+        for src in it.sources:
+            if src.expert in experts:
+                e = experts[src.expert]
+                best[e] = min(best.get(e, src.rank), src.rank)
+        found = tuple(sorted(best))
+        keys = [src.expert for src in it.sources if src.expert in experts]
+        precision = frozenset(classes[k] for k in keys)
+        items.append(AnsweredItem(it.id, it.project, it.path, found, precision, tuple(best[e] for e in found)))
     ran = sorted({o.expert for o in state.outcomes.values() if o.status in ("ok", "partial") and o.expert != HINT_LANE})
     roots = {p.name: p.root for p in state.workspace.projects}
     drawn = (state.bandit.scope, "abstained" if c.abstained else c.klass) if state.bandit is not None else None
@@ -291,9 +312,9 @@ class HintBook:
         self._seen: set[str] = set()
         # version → key → (project, path, content hash) → net weight
         self._files: dict[str, dict[str, dict[tuple[str, str, str], float]]] = {}
-        # version → key → expert → answer (receipt id) → (contributed, from feedback): an answer
+        # version → key → expert → answer (receipt id) → (its share, from feedback): an answer
         # counts once per expert, and what feedback said about it wins over agreement
-        self._experts: dict[str, dict[str, dict[str, dict[str, tuple[bool, bool]]]]] = {}
+        self._experts: dict[str, dict[str, dict[str, dict[str, tuple[float, bool]]]]] = {}
         self.hashes = FileHashes()
 
     @classmethod
@@ -317,8 +338,8 @@ class HintBook:
                         tally = self._experts.setdefault(h.config_version, {}).setdefault(key, {})
                         answers = tally.setdefault(h.expert, {})
                         answer, judged = h.receipt_id or h.hint_id, h.source == "feedback"
-                        if judged or not answers.get(answer, (False, False))[1]:
-                            answers[answer] = (h.weight > 0, judged)
+                        if judged or not answers.get(answer, (0.0, False))[1]:
+                            answers[answer] = (h.weight, judged)
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -341,7 +362,7 @@ class HintBook:
         scores: dict[tuple[str, str], float] = {}
         named: dict[tuple[str, str], list[str]] = {}
         lines: dict[tuple[str, str], int] = {}
-        seen: dict[str, dict[str, tuple[bool, bool]]] = {}  # expert → the similar answers it ran on
+        seen: dict[str, dict[str, tuple[float, bool]]] = {}  # expert → the similar answers it ran on
         with self._lock:
             files, experts = self._files.get(version, {}), self._experts.get(version, {})
             for key in keys:
@@ -359,7 +380,8 @@ class HintBook:
                     lines[(project, path)] = got[1]
                 for expert, answers in experts.get(key, {}).items():
                     seen.setdefault(expert, {}).update(answers)
-        plan.stats = {e: (len(a), sum(hit for hit, _ in a.values())) for e, a in sorted(seen.items())}
+        credit = bounds.min_share if bounds is not None else 0.0
+        plan.stats = {e: (len(a), sum(w > credit for w, _ in a.values())) for e, a in sorted(seen.items())}
         ranked = sorted(((-s, at) for at, s in scores.items() if s >= min_score))[:max_files]
         plan.lane = [LaneFile(p, f, -s, tuple(named[(p, f)]), lines[(p, f)]) for s, (p, f) in ranked]
         return plan

@@ -268,7 +268,8 @@ class Hint(_Record):
     A *file* hint (``path`` set) says a file answered them: ``weight`` +1 confirmed (corroborated
     across precision classes, or marked useful), -1 marked not useful; ``content_hash`` is the
     file's sha256 then (a changed file expires it). An *expert* hint (``expert`` set, no ``path``)
-    says whether the expert contributed (``weight`` 1) or ran for nothing (0). Both are valid only
+    says how much the expert contributed (``weight``: its largest share of a confirmed item, 1 / the
+    experts that found it; 0: it ran for nothing). Both are valid only
     under the ``config_version`` that produced them. ``source``: agreement | feedback.
     """
 
