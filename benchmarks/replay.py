@@ -49,7 +49,8 @@ from engine.store import Feedback, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = ("off", "hints", "bandit", "both")
-#: the hints node every class pipeline gets in the hints arms (docs/config.md, "Hints")
+#: the hints node every class pipeline gets in the hints arms (docs/config.md, "Hints"); its settings
+#: are the shipped pipelines' (pipelines/identifier.yaml) when they have one
 HINTS_NODE: dict[str, Any] = {
     "id": "hints",
     "kind": "hints",
@@ -64,27 +65,39 @@ HINTS_NODE: dict[str, Any] = {
             "keep_at_least": 2,
             "max_skipped": 2,
             "protect": ["ripgrep", "bm25"],
+            "evidence": "feedback",
         },
     },
 }
 
 
+def shipped_hints(base: Path) -> dict[str, Any] | None:
+    """The hints node the shipped identifier pipeline has (its settings are the default here)."""
+    raw = yaml.safe_load((base / "pipelines" / "identifier.yaml").read_text())
+    node = next((n for n in raw["nodes"] if n["kind"] == "hints"), None)
+    return dict(node) if node is not None else None
+
+
 def arm_config(base: Path, arm: str, dest: Path) -> Path:
-    """A copy of the config folder ``base`` with the arm's flywheel parts switched on."""
+    """A copy of the config folder ``base`` with the arm's flywheel parts: every class pipeline's
+    ``hints`` node removed (``off``, ``bandit``) or set to :data:`HINTS_NODE` (``hints``, ``both``)."""
     shutil.copytree(base / "pipelines", dest / "pipelines")
     for name in ("experts.yaml", "priors.yaml", "classifier.yaml"):
         shutil.copy(base / name, dest / name)
-    if arm in ("hints", "both"):
-        for file in sorted((dest / "pipelines").glob("*.yaml")):
-            raw = yaml.safe_load(file.read_text())
-            gates = [n for n in raw["nodes"] if n["kind"] == "gate"]
-            if not gates or any(n["kind"] == "hints" for n in raw["nodes"]):
-                continue
+    for file in sorted((dest / "pipelines").glob("*.yaml")):
+        raw = yaml.safe_load(file.read_text())
+        gates = [n for n in raw["nodes"] if n["kind"] == "gate"]
+        if not gates:
+            continue
+        raw["nodes"] = [n for n in raw["nodes"] if n["kind"] != "hints"]
+        for gate in gates:
+            gate["after"] = ["classify" if a == "hints" else a for a in gate.get("after", [])]
+        if arm in ("hints", "both") and file.stem != "history":  # no history questions to measure it on
             for gate in gates:
-                gate["after"] = ["hints" if a == "classify" else a for a in gate.get("after", [])]
+                gate["after"] = ["hints" if a == "classify" else a for a in gate["after"]]
             at = next(i for i, n in enumerate(raw["nodes"]) if n["kind"] == "classify") + 1
             raw["nodes"].insert(at, dict(HINTS_NODE))
-            file.write_text(yaml.safe_dump(raw, sort_keys=False))
+        file.write_text(yaml.safe_dump(raw, sort_keys=False))
     if arm in ("bandit", "both"):
         priors = dest / "priors.yaml"
         priors.write_text(priors.read_text() + "\nbandit: {enabled: true, scope: workspace}\n")
@@ -243,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.train == args.test and not args.halves:
         ap.error("--train and --test must differ")
+    shipped = shipped_hints(args.config)
+    if shipped is not None:
+        HINTS_NODE["settings"] = shipped.get("settings", {})
     for kv in args.set:
         key, _, value = kv.partition("=")
         *path, last = key.split(".")

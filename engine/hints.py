@@ -43,7 +43,7 @@ OBSERVED_ITEMS = 10  # the answer's first items an observation keeps (nDCG@10's 
 MAX_KEYWORDS = 6
 REWARD_TOP = 3  # the bandit rewards an expert that ranked a useful item this high in its own list
 KEY_KINDS = ("identifiers", "paths", "literals", "keywords", "class")
-SKIP_KEYS = ("min_observations", "max_rate", "keep_at_least", "max_skipped", "protect", "min_share")
+SKIP_KEYS = ("min_observations", "max_rate", "keep_at_least", "max_skipped", "protect", "min_share", "evidence")
 
 
 def question_keys(c: Classification) -> tuple[str, ...]:
@@ -95,7 +95,8 @@ class SkipBounds:
     min_observations: int = 8  # an expert needs this many runs on similar questions to be judged
     max_rate: float = 0.0  # ... and to have contributed to at most this share of them
     min_share: float = 0.0  # credit: an expert contributed when its share of a confirmed item (1 / the
-    # experts that found it) is above this; 0: any part in one, 0.5: found it with at most one other
+    # experts that found it) is above this; 0: any part in one, 0.5: it alone found it
+    evidence: str = "feedback"  # which answers judge an expert: feedback | all (agreement too)
     keep_at_least: int = 2  # never skip below this many experts
     max_skipped: int = 1  # never skip more than this many per question
     protect: tuple[str, ...] = ()  # never skipped
@@ -117,11 +118,14 @@ class SkipBounds:
             keep_at_least=int(raw.get("keep_at_least", d.keep_at_least)),
             max_skipped=int(raw.get("max_skipped", d.max_skipped)),
             protect=tuple(raw.get("protect", ())),
+            evidence=str(raw.get("evidence", d.evidence)),
         )
         if b.min_observations < 1 or b.keep_at_least < 1 or b.max_skipped < 0 or not 0.0 <= b.max_rate < 1.0:
             raise ValueError("min_observations >= 1, keep_at_least >= 1, max_skipped >= 0, 0 <= max_rate < 1")
         if not 0.0 <= b.min_share < 1.0:
             raise ValueError("0 <= min_share < 1")
+        if b.evidence not in ("feedback", "all"):
+            raise ValueError("evidence: feedback | all")
         return b
 
 
@@ -381,7 +385,11 @@ class HintBook:
                 for expert, answers in experts.get(key, {}).items():
                     seen.setdefault(expert, {}).update(answers)
         credit = bounds.min_share if bounds is not None else 0.0
-        plan.stats = {e: (len(a), sum(w > credit for w, _ in a.values())) for e, a in sorted(seen.items())}
+        judged_only = bounds is not None and bounds.evidence == "feedback"
+        for e, answers in sorted(seen.items()):
+            shares = [w for w, judged in answers.values() if judged or not judged_only]
+            if shares:
+                plan.stats[e] = (len(shares), sum(w > credit for w in shares))
         ranked = sorted(((-s, at) for at, s in scores.items() if s >= min_score))[:max_files]
         plan.lane = [LaneFile(p, f, -s, tuple(named[(p, f)]), lines[(p, f)]) for s, (p, f) in ranked]
         return plan

@@ -187,3 +187,35 @@ def test_keys_and_settings_are_checked(config_dir: Path) -> None:
         cfg = load_config(config_dir)
         with pytest.raises(GraphError, match="node 'hints'"):
             build_graph(cfg.pipelines["hinted"], cfg)
+
+
+def test_only_feedback_judges_and_only_finding_alone_is_credit() -> None:
+    """``min_share: 0.5``: an expert contributed only when it alone found a useful file;
+    ``evidence: feedback``: answers nobody judged (agreement rows) do not count."""
+
+    def row(i: int, expert: str, share: float, source: str) -> Hint:
+        return Hint(f"h{i}{expert}{source}", "", None, None, source, keys=("class:docs",), klass="docs",
+                    expert=expert, config_version="v", weight=share, receipt_id=f"r{i}")  # fmt: skip
+
+    book = HintBook()
+    book.add(row(i, "docs", 0.5, "feedback") for i in range(4))  # always found useful files with another
+    book.add(row(i, "semantic", 1.0 if i == 0 else 0.0, "feedback") for i in range(4))  # alone, once
+    book.add(row(i, "docs", 1.0, "agreement") for i in range(4, 10))  # unjudged answers: ignored
+
+    def plan(**skip: Any) -> HintPlan:
+        bounds = SkipBounds.from_settings({"min_observations": 4, "keep_at_least": 1, **skip})
+        return book.plan(["class:docs"], "v", {}, key_weights={}, max_files=0, min_score=1.0, weight=0.0,
+                         precision_class="lexical", bounds=bounds)  # fmt: skip
+
+    strict = plan(min_share=0.5)
+    assert strict.stats == {"docs": (4, 0), "semantic": (4, 1)}
+    experts, why = {"docs": 1.0, "semantic": 1.0, "bm25": 0.5}, dict[str, str]()
+    strict.apply_skips(experts, why)
+    assert sorted(experts) == ["bm25", "semantic"] and list(why) == ["docs"]
+    # any part in a useful file is credit: nobody is idle; agreement rows counted: docs judged on 10
+    assert plan(min_share=0.0).stats == {"docs": (4, 4), "semantic": (4, 1)}
+    assert plan(min_share=0.5, evidence="all").stats["docs"] == (10, 6)
+    assert plan(min_share=0.5).stats == strict.stats and HintBook().plan(
+        ["class:docs"], "v", {}, key_weights={}, max_files=0, min_score=1.0, weight=0.0,
+        precision_class="lexical", bounds=None,
+    ).stats == {}  # fmt: skip
