@@ -38,10 +38,13 @@ from typing import Any
 import anyio
 import yaml
 
-from engine.evaluation.live import LiveWorkspace, check_qrels, open_live
+from engine.config import load_config
+from engine.evaluation.arms import index_backed
+from engine.evaluation.live import check_qrels, open_live
+from engine.evaluation.materialize import index_snapshot, materialize
 from engine.evaluation.metrics import K, QueryResult, ranking_scores
-from engine.evaluation.runner import request_limit
-from engine.evaluation.suite import EvalQuery, Suite, load_suite
+from engine.evaluation.runner import Target, request_limit
+from engine.evaluation.suite import ALL, EvalQuery, Suite, load_suite
 from engine.hints import HINT_LANE
 from engine.keys import KeyRing
 from engine.runtime import Router
@@ -110,7 +113,7 @@ def called(receipt: dict[str, Any]) -> int:
     return sum(1 for name, pe in per.items() if name != HINT_LANE and pe.get("status") != "skipped")
 
 
-async def ask(router: Router, live: LiveWorkspace, q: EvalQuery, limit: int) -> tuple[list[str], dict[str, Any]]:
+async def ask(router: Router, live: Target, q: EvalQuery, limit: int) -> tuple[list[str], dict[str, Any]]:
     result = await router.run("router", {"question": q.text, "no_cache": True, "limit": limit})
     ranked: list[str] = []
     for item in result.response.get("items", []):
@@ -121,7 +124,7 @@ async def ask(router: Router, live: LiveWorkspace, q: EvalQuery, limit: int) -> 
 
 
 async def run_arm(
-    arm: str, config: Path, live: LiveWorkspace, train: Suite | None, test: Suite, store_dir: Path, limit: int
+    arm: str, config: Path, live: Target, train: Suite | None, test: Suite, store_dir: Path, limit: int
 ) -> dict[str, Any]:
     router = Router(config, live.workspace(), arm=arm, store=open_store(store_dir), keys=KeyRing(store_dir))
     started = time.perf_counter()
@@ -231,10 +234,25 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def corpus_target(suite: Path, split: str, home: Path | None, config: Path) -> Target:
+    """A BEIR suite of one snapshot (cosqa): its corpus materialized under ``home`` (reused when
+    already there, as ``engine eval`` does) and indexed for the experts the config can select."""
+    if home is None:
+        raise SystemExit("without --workspace, --home is needed (where the corpus is materialized)")
+    full = load_suite(suite, split)
+    if set(full.docs_by_snapshot) - {ALL}:
+        raise SystemExit("replay supports one-snapshot corpora (cosqa) or --workspace")
+    sw, _ = materialize(ALL, full.docs_by_snapshot.get(ALL, []), home.resolve())
+    cfg = load_config(config)
+    index_snapshot(sw, cfg, index_backed(cfg, set(cfg.experts)))
+    return sw
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suite", type=Path)
-    ap.add_argument("--workspace", type=Path, required=True, help="a built, indexed workspace (a copy)")
+    ap.add_argument("--workspace", type=Path, help="a built, indexed workspace (a copy); else the suite's corpus")
+    ap.add_argument("--home", type=Path, help="without --workspace: where the corpus is materialized and indexed")
     ap.add_argument("--config", type=Path, default=ROOT, help="config folder (default: this repository's)")
     ap.add_argument("--train", default="dev")
     ap.add_argument("--test", default="heldout")
@@ -266,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for part in path:
             target = target.setdefault(part, {})
         target[last] = yaml.safe_load(value)
-    live = open_live([args.workspace])
+    live = (
+        open_live([args.workspace]) if args.workspace else corpus_target(args.suite, args.train, args.home, args.config)
+    )
     train = load_suite(args.suite, args.train, args.limit, corpus=False)
     if args.halves:
         test = load_suite(args.suite, args.train, args.limit, corpus=False)
@@ -274,8 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.test = f"{args.train} (odd questions; even ones replayed)"
     else:
         test = load_suite(args.suite, args.test, args.limit, corpus=False)
-    for s in (train, test):
-        check_qrels(s, live, drop=True)
+    if args.workspace:
+        for s in (train, test):
+            check_qrels(s, open_live([args.workspace]), drop=True)
     limit = request_limit(args.config)
     runs = []
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
