@@ -309,21 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table(runs))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps(
-                {
-                    "args": vars(args)
-                    | {
-                        "suite": str(args.suite),
-                        "workspace": str(args.workspace),
-                        "config": str(args.config),
-                        "out": str(args.out),
-                    },
-                    "runs": runs,
-                },
-                indent=2,
-            )
-        )
+        meta = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        meta["hints_node"] = HINTS_NODE
+        args.out.write_text(json.dumps({"args": meta, "runs": runs}, indent=2))
     return 0
 
 
