@@ -145,6 +145,7 @@ async def run_arm(
             router.flush(ingest=False)
             feedback += 1
         results, experts, skipped, lanes = [], {}, 0, 0
+        which: dict[str, int] = {}  # "<class>:<expert>" → questions it was skipped on
         for q in test.queries:
             t0 = time.perf_counter()
             ranked, response = await ask(router, live, q, limit)
@@ -155,6 +156,8 @@ async def run_arm(
             experts[q.id] = called(receipt)
             hints = receipt.get("hints") or {}
             skipped += len(hints.get("skipped") or {})
+            for name in hints.get("skipped") or {}:
+                which[f"{klass}:{name}"] = which.get(f"{klass}:{name}", 0) + 1
             lanes += bool(hints.get("lane"))
         book, version = router.hint_book(), router_version(router)
         learned = {
@@ -178,6 +181,7 @@ async def run_arm(
         "train_questions": feedback,
         "skips": skipped,
         "questions_with_hint_lane": lanes,
+        "skipped": dict(sorted(which.items())),
         "seconds": round(time.perf_counter() - started, 1),
         "learned": {c: {e: list(v) for e, v in stats.items()} for c, stats in learned.items() if stats},
     }
