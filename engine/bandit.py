@@ -72,13 +72,25 @@ class Draw:
 class Bandit:
     """Every arm of a store, in memory (draws are reads; updates come after the answer)."""
 
-    def __init__(self, arms: Iterable[BanditArm] = ()) -> None:
+    def __init__(self, arms: Iterable[BanditArm] = (), *, loaded: bool = True) -> None:
         self._lock = threading.Lock()
         self._arms = {a.arm_id: a for a in arms}
+        self.loaded = loaded  # False until the store's arms were read (after an answer)
+        self.wanted = False  # a draw was made before they were
 
-    @classmethod
-    def load(cls, store: Store) -> Bandit:
-        return cls(store.list_bandit())
+    def load(self, store: Store) -> bool:
+        """Read the store's arms if a draw wanted them (after an answer, never on the hot path);
+        arms this process updated since keep their newer state."""
+        if self.loaded or not self.wanted:
+            return False
+        stored = store.list_bandit()
+        with self._lock:
+            for a in stored:
+                mine = self._arms.get(a.arm_id)
+                if mine is None or a.updated_at > mine.updated_at:
+                    self._arms[a.arm_id] = a
+            self.loaded = True
+        return True
 
     def state_version(self, scope: str, klass: str) -> str:
         prefix = arm_id(scope, klass, "")
@@ -88,6 +100,7 @@ class Bandit:
 
     def draw(self, spec: BanditSpec, scope: str, klass: str, priors: Mapping[str, float], request_hash: str) -> Draw:
         """Thompson-sample a factor for each expert of ``priors`` (in name order, one seeded stream)."""
+        self.wanted |= not self.loaded
         version = self.state_version(scope, klass)
         seed = int(sha256_hex(f"{version}:{request_hash}")[:12], 16)
         rng = random.Random(seed)

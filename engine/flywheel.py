@@ -1,10 +1,13 @@
 """What a Router learns from its own answers (docs/adr/0017-flywheel.md): the hint book and the
 feedback bandit it serves to nodes, and the after-answer work that feeds them.
 
-The hot path only reads (:meth:`Flywheel.hint_book`, :meth:`Flywheel.bandit`: in memory, read from
-the store once per Router). Learning is queued: :meth:`Flywheel.observed` after an answer and
-:meth:`Flywheel.feedback` after feedback return a :class:`Learn` the Router's flush hands to
-:meth:`Flywheel.learn`, which writes hints and bandit arms to the store and into memory.
+The hot path only reads memory (:meth:`Flywheel.hint_book`, :meth:`Flywheel.bandit`); what it
+asked for and memory lacked (a config version's stored hints, the bandit's stored arms) is read by
+:meth:`Flywheel.load` after the answer, so the first hinted question of a process uses only what
+the process learned itself (its receipt's ``hints.loaded`` is false). Learning is queued too:
+:meth:`Flywheel.observed` after an answer and :meth:`Flywheel.feedback` after feedback return a
+:class:`Learn` the Router's flush hands to :meth:`Flywheel.learn`, which writes hints and bandit
+arms to the store and into memory.
 """
 
 from __future__ import annotations
@@ -36,29 +39,26 @@ class Learn:
 class Flywheel:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._hints: HintBook | None = None
-        self._bandit: Bandit | None = None
+        self._hints = HintBook()
+        self._bandit = Bandit(loaded=False)
         self._observed: dict[str, Observation] = {}  # receipt id → what its answer can teach
 
     def hint_book(self) -> HintBook:
-        """Every hint of the store, read once (then kept current by :meth:`learn`)."""
-        if self._hints is None:
-            try:
-                self._hints = HintBook.load(self.store)
-            except StoreError as exc:  # a damaged store: no hints, never a failed answer
-                log.warning("store: %s", exc.message)
-                self._hints = HintBook()
+        """The hints in memory (no I/O: a version's stored hints are read by :meth:`load`)."""
         return self._hints
 
     def bandit(self) -> Bandit:
-        """The bandit's arms, read once (then kept current by :meth:`learn`)."""
-        if self._bandit is None:
-            try:
-                self._bandit = Bandit.load(self.store)
-            except StoreError as exc:  # a damaged store: fresh arms, never a failed answer
-                log.warning("store: %s", exc.message)
-                self._bandit = Bandit()
+        """The bandit's arms in memory (no I/O: the stored arms are read by :meth:`load`)."""
         return self._bandit
+
+    def load(self) -> None:
+        """After an answer (the Router's flush): read what the hot path asked for and did not have
+        — the stored hints of a config version, the bandit's arms. A damaged store is logged."""
+        try:
+            self._hints.load(self.store)
+            self._bandit.load(self.store)
+        except StoreError as exc:
+            log.warning("store: %s", exc.message)
 
     def observed(self, state: RunState, receipt_id: str) -> Learn | None:
         """After an answer: what a run with a hints node or a bandit draw can teach (no I/O)."""

@@ -152,6 +152,7 @@ class HintPlan:
     )  # expert → (similar answers it ran on, contributed to)
     bounds: SkipBounds | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # expert → why the gate skipped it
+    loaded: bool = True  # False: this process had not read the store's hints yet (only its own)
 
     def apply_skips(self, experts: dict[str, float], reasons: dict[str, str]) -> None:
         """Drop, from the gate's selection, experts that contributed nothing to similar questions,
@@ -178,6 +179,8 @@ class HintPlan:
 
     def to_receipt(self) -> dict[str, Any]:
         out: dict[str, Any] = {"keys": list(self.keys), "expired": self.expired}
+        if not self.loaded:
+            out["loaded"] = False
         if self.lane:
             out["lane"] = [
                 {"project": f.project, "path": f.path, "score": round(f.score, 4), "keys": list(f.keys)}
@@ -320,12 +323,17 @@ class HintBook:
         # counts once per expert, and what feedback said about it wins over agreement
         self._experts: dict[str, dict[str, dict[str, dict[str, tuple[float, bool]]]]] = {}
         self.hashes = FileHashes()
+        self.loaded: set[str] = set()  # config versions whose stored hints are in memory
+        self.wanted: set[str] = set()  # versions asked for before they were loaded (load after the answer)
 
-    @classmethod
-    def load(cls, store: Store) -> HintBook:
-        book = cls()
-        book.add(store.list_hints())
-        return book
+    def load(self, store: Store) -> int:
+        """Bring the stored hints of every wanted version into memory (after an answer, never on
+        the hot path: a store read can wait on its ingest). Returns the versions loaded."""
+        versions = self.wanted - self.loaded
+        if versions:
+            self.add(h for h in store.list_hints() if h.config_version in versions)
+            self.loaded |= versions
+        return len(versions)
 
     def add(self, hints: Iterable[Hint]) -> None:
         with self._lock:
@@ -362,7 +370,9 @@ class HintBook:
         bounds: SkipBounds | None,
     ) -> HintPlan:
         """The lane of confirmed, unchanged files in ``roots`` and every expert's record on these keys."""
-        plan = HintPlan(tuple(keys), weight, precision_class, bounds=bounds)
+        plan = HintPlan(tuple(keys), weight, precision_class, bounds=bounds, loaded=version in self.loaded)
+        if not plan.loaded:
+            self.wanted.add(version)
         scores: dict[tuple[str, str], float] = {}
         named: dict[tuple[str, str], list[str]] = {}
         lines: dict[tuple[str, str], int] = {}

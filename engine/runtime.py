@@ -445,6 +445,7 @@ class Router:
                 # one-shot `engine run` flushes once and exits, so it never starts one
                 if self._flushes > 1:
                     self.latency.refresh_soon()
+            self.flywheel.load()  # what the answers asked for and memory lacked: stored hints, arms
         except StoreError as exc:
             log.warning("store: %s", exc.message)
 

@@ -45,7 +45,12 @@ def bandit_on(config_dir: Path) -> None:
 
 
 def ask(config_dir: Path, ws: Path, question: str = QUESTION) -> tuple[Router, dict[str, Any]]:
+    """A new Router (another process) answers ``question`` once it has read the stored arms (after
+    its first answer: the hot path reads no store)."""
     router = Router(config_dir, Workspace.open([ws]))
+    first = anyio.run(router.run, "banded", {"question": "upload_file", "no_cache": True})
+    router.flush()
+    assert "bandit" not in first.response["receipt"] or router.bandit().loaded  # read after that answer
     result = anyio.run(router.run, "banded", {"question": question, "no_cache": True})
     router.flush()
     return router, result.response

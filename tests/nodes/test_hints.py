@@ -78,8 +78,12 @@ def test_feedback_teaches_a_hint_lane_that_expires_when_the_file_changes(hinted:
     assert stored[0].content_hash == hashlib.sha256((ws / "alpha" / "alpha" / "retry.py").read_bytes()).hexdigest()
     assert "id:retrypolicy" in stored[0].keys and "class:identifier" in stored[0].keys
 
-    # a new Router (another process) reads them: a similar question gets the hint lane
+    # a new Router (another process) reads them after its first answer (never before one: the
+    # hot path reads no store), then a similar question gets the hint lane
+    cold = run(later, "RetryPolicy attempts").response["receipt"]["hints"]
+    assert cold["loaded"] is False and "lane" not in cold
     second = run(later, "RetryPolicy attempts")
+    assert "loaded" not in second.response["receipt"]["hints"]
     lane = second.response["receipt"]["hints"]["lane"]
     assert [(f["project"], f["path"]) for f in lane] == [("alpha", "alpha/retry.py")]
     assert lane[0]["keys"] == ["id:retrypolicy"]
