@@ -68,6 +68,8 @@ class Flywheel:
         self._observed[receipt_id] = seen
         while len(self._observed) > OBSERVED:
             self._observed.pop(next(iter(self._observed)))
+        if state.hints is None or not state.hints.learns_agreement:
+            return None  # kept for feedback only: nothing reads what agreement alone teaches
         return Learn(seen, None)
 
     def feedback(self, feedback: Feedback) -> Learn | None:

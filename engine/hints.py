@@ -154,6 +154,12 @@ class HintPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # expert → why the gate skipped it
     loaded: bool = True  # False: this process had not read the store's hints yet (only its own)
 
+    @property
+    def learns_agreement(self) -> bool:
+        """Does anything this node does read agreement hints (the lane, or skips judged on all answers)?
+        If not, answers without feedback are not recorded (a long-lived process would only grow)."""
+        return bool(self.weight > 0 or (self.bounds is not None and self.bounds.evidence == "all"))
+
     def apply_skips(self, experts: dict[str, float], reasons: dict[str, str]) -> None:
         """Drop, from the gate's selection, experts that contributed nothing to similar questions,
         within the bounds (never below ``keep_at_least``, at most ``max_skipped``, never a protected one)."""

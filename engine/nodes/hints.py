@@ -68,7 +68,7 @@ class HintsNode(Node):
             question_keys(c),
             state.config_version,
             roots,
-            key_weights=weights,
+            key_weights=weights if weight > 0 else {},  # no lane: no file is looked at
             max_files=int(s.get("max_files", 5)) if weight > 0 else 0,
             min_score=float(s.get("min_score", 0.2)),
             weight=weight,
