@@ -42,7 +42,7 @@ from engine.config import load_config
 from engine.evaluation.arms import index_backed
 from engine.evaluation.live import check_qrels, open_live
 from engine.evaluation.materialize import index_snapshot, materialize
-from engine.evaluation.metrics import K, QueryResult, ranking_scores
+from engine.evaluation.metrics import K, QueryResult, percentiles, ranking_scores
 from engine.evaluation.runner import Target, request_limit
 from engine.evaluation.suite import ALL, EvalQuery, Suite, load_suite
 from engine.hints import HINT_LANE
@@ -146,6 +146,7 @@ async def run_arm(
             feedback += 1
         results, experts, skipped, lanes = [], {}, 0, 0
         which: dict[str, int] = {}  # "<class>:<expert>" → questions it was skipped on
+        hint_ms: list[float] = []  # the hints node's own run time (the hot-path cost of a lookup)
         for q in test.queries:
             t0 = time.perf_counter()
             ranked, response = await ask(router, live, q, limit)
@@ -156,6 +157,8 @@ async def run_arm(
             experts[q.id] = called(receipt)
             hints = receipt.get("hints") or {}
             skipped += len(hints.get("skipped") or {})
+            nodes = (receipt.get("budget") or {}).get("spent", {}).get("nodes_ms", {})
+            hint_ms += [ms for node, ms in nodes.items() if node.endswith(".hints")]
             for name in hints.get("skipped") or {}:
                 which[f"{klass}:{name}"] = which.get(f"{klass}:{name}", 0) + 1
             lanes += bool(hints.get("lane"))
@@ -182,6 +185,7 @@ async def run_arm(
         "skips": skipped,
         "questions_with_hint_lane": lanes,
         "skipped": dict(sorted(which.items())),
+        "hints_node_ms": percentiles(hint_ms),
         "seconds": round(time.perf_counter() - started, 1),
         "learned": {c: {e: list(v) for e, v in stats.items()} for c, stats in learned.items() if stats},
     }
