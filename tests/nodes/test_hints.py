@@ -5,6 +5,7 @@ bounded gate skips. Real git repos, the real DuckDB store, real ripgrep and BM25
 from __future__ import annotations
 
 import hashlib
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -223,3 +224,36 @@ def test_only_feedback_judges_and_only_finding_alone_is_credit() -> None:
         ["class:docs"], "v", {}, key_weights={}, max_files=0, min_score=1.0, weight=0.0,
         precision_class="lexical", bounds=None,
     ).stats == {}  # fmt: skip
+
+
+def test_without_feedback_the_shipped_hints_node_changes_nothing(config_dir: Path, indexed: Path) -> None:
+    """The shipped class pipelines have a hints node with no lane and skips judged by feedback only:
+    until feedback arrives, answers are those of the same pipelines without it."""
+    import yaml
+
+    plain = config_dir.parent / "plain"
+    shutil.copytree(config_dir, plain)
+    for file in (plain / "pipelines").glob("*.yaml"):
+        raw = yaml.safe_load(file.read_text())
+        if any(n["kind"] == "hints" for n in raw["nodes"]):
+            raw["nodes"] = [n for n in raw["nodes"] if n["kind"] != "hints"]
+            for n in raw["nodes"]:
+                n["after"] = ["classify" if a == "hints" else a for a in n.get("after", [])]
+            file.write_text(yaml.safe_dump(raw, sort_keys=False))
+    shipped, bare = Router(config_dir, Workspace.open([indexed])), Router(plain, Workspace.open([indexed]))
+    questions = ["where is RetryPolicy should_retry", "how are uploaded files stored", "FILE_UPLOAD_PERMISSIONS"] * 2
+    answered = 0
+    for q in questions:  # asked twice: the second round runs with whatever the first taught
+        with_node = anyio.run(shipped.run, "router", {"question": q, "no_cache": True})
+        without = anyio.run(bare.run, "router", {"question": q, "no_cache": True})
+        shipped.flush()
+        bare.flush()
+        r = with_node.response["receipt"]
+        assert "hints" in r and "skipped" not in r["hints"] and "lane" not in r["hints"]
+        assert r["experts_selected"]["selected"] == without.response["receipt"]["experts_selected"]["selected"]
+        assert [i["id"] for i in with_node.response["items"]] == [i["id"] for i in without.response["items"]]
+        answered += len(with_node.response["items"])
+    assert answered >= len(questions)
+    assert shipped.store.list_hints() == []  # nothing judged: nothing recorded
+    anyio.run(shipped.aclose)
+    anyio.run(bare.aclose)
