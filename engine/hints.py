@@ -335,10 +335,12 @@ class HintBook:
     def load(self, store: Store) -> int:
         """Bring the stored hints of every wanted version into memory (after an answer, never on
         the hot path: a store read can wait on its ingest). Returns the versions loaded."""
-        versions = self.wanted - self.loaded
+        with self._lock:  # the hot path adds to `wanted` from another thread
+            versions = self.wanted - self.loaded
         if versions:
             self.add(h for h in store.list_hints() if h.config_version in versions)
-            self.loaded |= versions
+            with self._lock:
+                self.loaded |= versions
         return len(versions)
 
     def add(self, hints: Iterable[Hint]) -> None:
@@ -376,14 +378,15 @@ class HintBook:
         bounds: SkipBounds | None,
     ) -> HintPlan:
         """The lane of confirmed, unchanged files in ``roots`` and every expert's record on these keys."""
-        plan = HintPlan(tuple(keys), weight, precision_class, bounds=bounds, loaded=version in self.loaded)
-        if not plan.loaded:
-            self.wanted.add(version)
+        plan = HintPlan(tuple(keys), weight, precision_class, bounds=bounds)
         scores: dict[tuple[str, str], float] = {}
         named: dict[tuple[str, str], list[str]] = {}
         lines: dict[tuple[str, str], int] = {}
         seen: dict[str, dict[str, tuple[float, bool]]] = {}  # expert → the similar answers it ran on
         with self._lock:
+            plan.loaded = version in self.loaded
+            if not plan.loaded:
+                self.wanted.add(version)
             files, experts = self._files.get(version, {}), self._experts.get(version, {})
             for key in keys:
                 w = key_weights.get(key_kind(key), 0.0)

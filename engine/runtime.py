@@ -219,9 +219,9 @@ class Router:
             StoreError: it could not be stored.
         """
         self.store.put_feedback(feedback)
-        learn = self.flywheel.feedback(feedback)
-        if learn is not None:
-            with self._after_lock:
+        with self._after_lock:  # the memo of recent answers is written under it, after each answer
+            learn = self.flywheel.feedback(feedback)
+            if learn is not None:
                 self._after.append(learn)
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
