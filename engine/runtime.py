@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from . import heap
+from .bandit import Bandit
 from .config import load_config
 from .deadlines import TAIL, LatencyModel
 from .errors import EngineError, InvalidRequest, ReceiptError, SpecError, StoreError
 from .experts import Expert, ExpertEnv
+from .flywheel import Flywheel, Learn
 from .graph import PipelineGraph, build_graph
+from .hints import HINT_LANE, HintBook
 from .index.build import read_head
 from .index.manifest import read_generation
 from .items import CachedAnswer
@@ -43,7 +46,7 @@ from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
 from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, escape_undecodable, parse_request
-from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Store, open_store
+from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Feedback, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
 
@@ -119,7 +122,7 @@ class Router:
         self._loaded: _Loaded | None = None
         #: why the files on disk are not the config serving (a rejected edit); None when they are
         self.reload_error: SpecError | None = None
-        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion] = []
+        self._after: list[BenchmarkEvent | CacheEntry | _NewVersion | Learn] = []
         self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
@@ -128,6 +131,7 @@ class Router:
         self._pipelines_mtime = -1
         self._latency: LatencyModel | None = None
         self._flushes = 0
+        self.flywheel = Flywheel(self.store)  # hints and the bandit: read by nodes, fed after answers
 
     # ------------------------------------------------------------------ config (hot reload)
     def _stamp(self) -> tuple[tuple[str, int, int], ...]:
@@ -207,6 +211,26 @@ class Router:
 
     def latency_p95(self, expert: str) -> float | None:
         return self.latency.p95(expert)
+
+    def hint_book(self) -> HintBook:
+        return self.flywheel.hint_book()
+
+    def bandit(self) -> Bandit:
+        return self.flywheel.bandit()
+
+    def record_feedback(self, feedback: Feedback) -> None:
+        """Store feedback (checked against its receipt) and, for an answer this Router gave recently,
+        queue the hints it teaches (written by :meth:`flush`).
+
+        Raises:
+            InvalidRequest: the receipt or an item id is unknown (:meth:`Store.put_feedback`).
+            StoreError: it could not be stored.
+        """
+        self.store.put_feedback(feedback)
+        with self._after_lock:  # the memo of recent answers is written under it, after each answer
+            learn = self.flywheel.feedback(feedback)
+            if learn is not None:
+                self._after.append(learn)
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
         """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
@@ -353,7 +377,12 @@ class Router:
         receipt = state.receipt or {}
         c = state.classification
         question_hash = str(receipt.get("request_hash") or state.request.hash())
+        learn = self.flywheel.observed(state, str(receipt.get("receipt_id") or ""))
+        if learn is not None:
+            self._after.append(learn)
         for name, o in sorted(state.outcomes.items()):
+            if o.expert == HINT_LANE:  # read from memory, no expert was called
+                continue
             self.latency.observe(o.expert, o.latency_ms, o.status)
             if o.status == "skipped":  # not called (engine.deadlines): no call to record
                 continue
@@ -423,12 +452,15 @@ class Router:
                     self.store.cache_put(entry)
                 elif isinstance(entry, _NewVersion):  # kept so two versions seen in receipts can be diffed
                     self.store.put_config_snapshot(entry.snapshot())
+                elif isinstance(entry, Learn):
+                    self.flywheel.learn(entry)
             if ingest:
                 self.store.sync(timeout_s=timeout_s)
                 # recent latencies of every process on this store, read in a daemon thread; a
                 # one-shot `engine run` flushes once and exits, so it never starts one
                 if self._flushes > 1:
                     self.latency.refresh_soon()
+            self.flywheel.load()  # what the answers asked for and memory lacked: stored hints, arms
         except StoreError as exc:
             log.warning("store: %s", exc.message)
 

@@ -232,7 +232,7 @@ class RouterTools:
             session_id=session if isinstance(session, str) else None,
         )
         try:  # the store refuses a receipt it does not hold and ids not in that receipt's answer
-            await anyio.to_thread.run_sync(lambda: self.router.store.put_feedback(fb))
+            await anyio.to_thread.run_sync(lambda: self.router.record_feedback(fb))
         except (InvalidRequest, StoreError) as exc:
             return _error(exc.code, exc.message, **exc.context)
         self._dirty.set()

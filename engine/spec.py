@@ -175,6 +175,17 @@ class GateSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class BanditSpec:
+    """priors.yaml ``bandit`` (engine/bandit.py): off by default, so runs reproduce from config alone."""
+
+    enabled: bool = False
+    scope: str = "workspace"  # workspace | session
+    min_factor: float = 0.5
+    max_factor: float = 2.0
+    prior: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
 class Priors:
     classes: Mapping[str, Mapping[str, float]]
     default_experts: tuple[str, ...]
@@ -186,6 +197,7 @@ class Priors:
     groups: Mapping[str, tuple[str, ...]]
     rerank: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # weight set → feature → weight
     confidence: ConfidenceSpec | None = None  # calibration (engine.confidence); None: the fused share
+    bandit: BanditSpec = field(default_factory=BanditSpec)
 
     def weights_for(self, klass: str | None, rule: str | None = None) -> Mapping[str, float]:
         """The class's priors, with the weights of the classifier rule that fired laid over them."""
@@ -311,6 +323,7 @@ def _priors(raw: Mapping[str, Any], file: Path, experts: Mapping[str, ExpertSpec
         groups={g: tuple(ps) for g, ps in raw.get("groups", {}).items()},
         rerank={name: dict(ws) for name, ws in raw.get("rerank", {}).items()},
         confidence=_confidence(raw.get("confidence")),
+        bandit=BanditSpec(**raw.get("bandit", {})),
     )
 
 

@@ -25,6 +25,7 @@ import anyio
 
 from ..classifier import classify
 from ..config import load_config
+from ..hints import HINT_LANE
 from ..indexing import index_workspace
 from ..keys import KeyRing
 from ..receipts import verify
@@ -161,6 +162,8 @@ def to_result(
         res.predicted_class, res.abstained = c.get("class"), c.get("abstained")
         res.selected = list((receipt.get("experts_selected") or {}).get("selected") or [])
         for name, pe in (receipt.get("per_expert") or {}).items():
+            if name == HINT_LANE:  # read from the hint book: no expert was called
+                continue
             res.expert_latency_ms[name] = float(pe.get("latency_ms", 0.0))
             res.expert_status[name] = str(pe.get("status"))
     return res

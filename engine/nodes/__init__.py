@@ -10,6 +10,7 @@ from .expand import ExpandNode
 from .fanout import FanoutNode
 from .fuse import FuseNode
 from .gate import GateNode
+from .hints import HintsNode
 from .receipt import ReceiptNode
 from .rerank import RerankNode
 from .score import ScoreNode
@@ -27,6 +28,7 @@ __all__ = [
     "FanoutNode",
     "FuseNode",
     "GateNode",
+    "HintsNode",
     "Lane",
     "Node",
     "ReceiptNode",

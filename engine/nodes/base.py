@@ -52,8 +52,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from ..bandit import Bandit, Draw
 from ..errors import EngineError, GraphError
 from ..experts.base import Expert
+from ..hints import HINT_LANE, HintBook, HintPlan
 from ..index.build import Heads
 from ..items import AnswerItem, CachedAnswer, Confidence, ScoredItem
 from ..spec import ConfigSet, NodeSpec, PipelineSpec, graph_error
@@ -83,6 +85,14 @@ class Services(Protocol):
 
     def cached_answer(self, key: str) -> CachedAnswer | None:
         """A fresh cached answer for ``key``, or None (a busy store is a miss, never a wait)."""
+        ...
+
+    def hint_book(self) -> HintBook:
+        """What earlier answers taught (engine.hints), in memory: lookups are dict reads."""
+        ...
+
+    def bandit(self) -> Bandit:
+        """The feedback bandit's arms (engine.bandit), in memory: draws are reads."""
         ...
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
@@ -164,12 +174,16 @@ class RunState:
     error: EngineError | None = None
     receipt: dict[str, Any] | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)  # branch decisions, sub-query plans
+    hints: HintPlan | None = None  # the hints node's lookup: the hint lane, skips the gate applied
+    bandit: Draw | None = None  # the gate's bandit draw (priors.yaml bandit.enabled)
     node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
     def weights(self) -> dict[str, float]:
         """Fusion weights: the gate's per-expert priors, then each lane's own weight."""
         out = dict(self.selection.experts) if self.selection else {}
         out.update({key: lane.weight for key, lane in self.lanes.items()})
+        if self.hints is not None and self.hints.lane:
+            out[HINT_LANE] = self.hints.weight
         return out
 
     def elapsed_ms(self) -> float:

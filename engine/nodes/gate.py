@@ -1,5 +1,7 @@
 """gate: class + scope + budget + priors ⇒ the experts that run, and why every other one does not.
 
+* with ``priors.bandit.enabled``, each prior is first multiplied by the feedback bandit's bounded
+  factor for this class (:mod:`engine.bandit`; the receipt's ``bandit`` has the draw);
 * classifier abstained ⇒ ``priors.default_experts`` (the documented default set);
 * an expert whose prior is below ``gate.min_prior`` does not run; neither does a disabled one,
   one below ``budget.min_precision_class``, one whose ``languages`` exclude ``scope.language``,
@@ -7,11 +9,14 @@
 * "one expert suffices": a prior ≥ ``gate.single_expert_at`` with every other prior below
   ``gate.single_expert_others_below`` runs alone;
 * at most ``min(budget.max_experts, gate.max_experts)`` run, highest prior first;
+* after a ``hints`` node, experts that contributed nothing to similar questions may be skipped,
+  within that node's ``skip`` bounds (:meth:`engine.hints.HintPlan.apply_skips`);
 * nothing left ⇒ :class:`~engine.errors.GateError` (``zero_expert_gate``), never "run everything".
 """
 
 from __future__ import annotations
 
+from ..bandit import scope_of
 from ..errors import GateError
 from ..experts import adapter_class
 from ..spec import ConfigSet, PipelineSpec
@@ -30,6 +35,8 @@ class GateNode(Node):
     async def run(self, state: RunState) -> None:
         allowed = self.settings.get("experts")
         state.selection = select(state, set(allowed) if allowed else None)
+        if state.hints is not None:  # experts idle on similar questions, within the hints node's bounds
+            state.hints.apply_skips(state.selection.experts, state.selection.reasons)
         if not state.selection.experts:
             raise GateError(
                 "no expert passed the gate for this question; see receipt.experts_selected for why",
@@ -42,7 +49,7 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
     config, req, c = state.config, state.request, state.classification
     assert c is not None  # guaranteed by `requires`
     priors, gate = config.priors, config.priors.gate
-    weights = dict(priors.weights_for(None if c.abstained else c.klass, c.rule))
+    weights = adjusted(state, dict(priors.weights_for(None if c.abstained else c.klass, c.rule)))
     reasons: dict[str, str] = {}
     basis = "default set (classifier abstained)" if c.abstained else f"class {c.klass}"
     if not c.abstained and c.rule in priors.rule_weights:
@@ -87,3 +94,15 @@ def select(state: RunState, allowed: set[str] | None = None) -> Selection:
     for name, w in ranked:
         reasons[name] = f"selected: prior {w} for {basis}"
     return Selection(experts=dict(ranked), reasons=reasons, single_expert=single)
+
+
+def adjusted(state: RunState, weights: dict[str, float]) -> dict[str, float]:
+    """The priors times the bandit's factors for this class (unchanged with the bandit off, or in
+    session scope without a session_id)."""
+    spec, c = state.config.priors.bandit, state.classification
+    scope = scope_of(spec, state.request.session_id) if spec.enabled else None
+    if scope is None or c is None:
+        return weights
+    klass = "abstained" if c.abstained else c.klass
+    state.bandit = state.services.bandit().draw(spec, scope, klass, weights, state.request.hash())
+    return dict(state.bandit.weights)

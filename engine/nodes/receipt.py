@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
+from ..hints import HINT_LANE
 from .base import Node, RunState, node_kind
 
 
@@ -40,12 +41,14 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "sub_queries": {n: o.sub_query for n, o in sorted(state.outcomes.items())},
         **({"lanes": {k: lane.to_receipt() for k, lane in sorted(state.lanes.items())}} if state.lanes else {}),
         **({"trace": state.trace} if state.trace else {}),
+        **({"hints": state.hints.to_receipt()} if state.hints is not None else {}),
+        **({"bandit": state.bandit.to_receipt()} if state.bandit is not None else {}),
         "per_expert": {n: o.to_receipt() for n, o in sorted(state.outcomes.items())},
         "budget": {
             "asked": req.budget.to_dict(),
             "spent": {
                 "latency_ms": round(state.elapsed_ms(), 2),
-                "experts": len(state.outcomes),
+                "experts": sum(o.expert != HINT_LANE for o in state.outcomes.values()),  # the hint lane calls none
                 "nodes_ms": dict(state.node_ms),  # each node's own run time, "<pipeline>.<node>"
             },
         },

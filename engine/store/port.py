@@ -112,7 +112,9 @@ class Store(Protocol):
     def list_experiments(self, suite: str | None = None) -> list[Experiment]:
         """In ``created_at``, ``experiment_id`` order."""
 
-    def put_hint(self, hint: Hint) -> None: ...
+    def put_hint(self, hint: Hint) -> None:
+        """Record a hint (advisory, written after the answer: not fsync'ed, like events; the
+        first copy of a ``hint_id`` wins)."""
 
     def list_hints(self, project: str | None = None) -> list[Hint]:
         """In ``created_at``, ``hint_id`` order."""

@@ -264,7 +264,15 @@ class Experiment(_Record):
 
 @dataclass(frozen=True, slots=True)
 class Hint(_Record):
-    """A cross-index hint: a path or symbol in a project worth boosting, and where it came from."""
+    """What one answer (or one feedback) taught about the questions of its ``keys`` (engine.hints).
+
+    A *file* hint (``path`` set) says a file answered them: ``weight`` +1 confirmed (corroborated
+    across precision classes, or marked useful), -1 marked not useful; ``content_hash`` is the
+    file's sha256 then (a changed file expires it). An *expert* hint (``expert`` set, no ``path``)
+    says how much the expert contributed (``weight``: its largest share of a confirmed item, 1 / the
+    experts that found it; 0: it ran for nothing). Both are valid only
+    under the ``config_version`` that produced them. ``source``: agreement | feedback.
+    """
 
     hint_id: str
     project: str
@@ -272,6 +280,13 @@ class Hint(_Record):
     symbol: str | None
     source: str
     created_at: str = field(default_factory=now_iso)
+    keys: tuple[str, ...] = ()  # the question's feature keys ("id:parse_args", "kw:retry", "class:identifier")
+    klass: str | None = None
+    expert: str | None = None
+    content_hash: str | None = None
+    config_version: str | None = None
+    weight: float = 1.0
+    receipt_id: str | None = None  # the answer it was learned from (an answer counts once per expert)
 
 
 @dataclass(frozen=True, slots=True)

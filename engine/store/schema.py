@@ -7,8 +7,9 @@ from typing import Any
 
 from .records import RECEIPT_COLUMNS, receipt_columns
 
-# 2: receipts carry their writer chain (writer, seq, prev_hash); 3: config snapshots, not-useful feedback
-SCHEMA_VERSION = "3"
+# 2: receipts carry their writer chain (writer, seq, prev_hash); 3: config snapshots, not-useful feedback;
+# 4: hints carry their question keys, class, expert, file content hash and config version (docs/adr/0017)
+SCHEMA_VERSION = "4"
 
 DDL = """
 CREATE TABLE IF NOT EXISTS receipts (
@@ -29,7 +30,9 @@ CREATE TABLE IF NOT EXISTS feedback (
   session_id VARCHAR, created_at VARCHAR, not_useful_item_ids JSON);
 CREATE TABLE IF NOT EXISTS config_snapshots (config_version VARCHAR PRIMARY KEY, created_at VARCHAR, content JSON);
 CREATE TABLE IF NOT EXISTS hints (
-  hint_id VARCHAR PRIMARY KEY, project VARCHAR, path VARCHAR, symbol VARCHAR, source VARCHAR, created_at VARCHAR);
+  hint_id VARCHAR PRIMARY KEY, project VARCHAR, path VARCHAR, symbol VARCHAR, source VARCHAR, created_at VARCHAR,
+  keys JSON, klass VARCHAR, expert VARCHAR, content_hash VARCHAR, config_version VARCHAR, weight DOUBLE,
+  receipt_id VARCHAR);
 CREATE TABLE IF NOT EXISTS bandit_state (
   arm_id VARCHAR PRIMARY KEY, task_class VARCHAR, expert_id VARCHAR, pulls INTEGER, reward DOUBLE,
   updated_at VARCHAR);
@@ -42,6 +45,13 @@ MIGRATIONS = (
     "ALTER TABLE receipts ADD COLUMN IF NOT EXISTS seq BIGINT",
     "ALTER TABLE receipts ADD COLUMN IF NOT EXISTS prev_hash VARCHAR",
     "ALTER TABLE feedback ADD COLUMN IF NOT EXISTS not_useful_item_ids JSON",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS keys JSON",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS klass VARCHAR",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS expert VARCHAR",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS content_hash VARCHAR",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS config_version VARCHAR",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS weight DOUBLE",
+    "ALTER TABLE hints ADD COLUMN IF NOT EXISTS receipt_id VARCHAR",
 )
 
 #: table → (primary key, columns in insert order); a spool line names its table
@@ -72,7 +82,24 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("feedback_id", "receipt_id", "useful_item_ids", "note", "session_id", "created_at", "not_useful_item_ids"),
     ),
     "config_snapshots": ("config_version", ("config_version", "created_at", "content")),
-    "hints": ("hint_id", ("hint_id", "project", "path", "symbol", "source", "created_at")),
+    "hints": (
+        "hint_id",
+        (
+            "hint_id",
+            "project",
+            "path",
+            "symbol",
+            "source",
+            "created_at",
+            "keys",
+            "klass",
+            "expert",
+            "content_hash",
+            "config_version",
+            "weight",
+            "receipt_id",
+        ),
+    ),
     "bandit_state": ("arm_id", ("arm_id", "task_class", "expert_id", "pulls", "reward", "updated_at")),
 }
 #: the same tables in PostgreSQL: text compares bytewise (COLLATE "C") whatever the database's locale,
@@ -82,7 +109,7 @@ PG_DDL = ";".join(
     for stmt in DDL.split(";")
     if "spool_offsets" not in stmt
 )
-JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids", "not_useful_item_ids", "content"})
+JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids", "not_useful_item_ids", "content", "keys"})
 #: upsert tables: the row with the newest value of this column wins, whatever order rows arrive in
 NEWEST_WINS = {"cache": "created_at", "bandit_state": "updated_at"}
 

@@ -128,7 +128,8 @@ class SqlReads:
         return [Experiment(**r) for r in self._rows("experiments", "suite", suite, "created_at, experiment_id")]
 
     def list_hints(self, project: str | None = None) -> list[Hint]:
-        return [Hint(**r) for r in self._rows("hints", "project", project, "created_at, hint_id")]
+        rows = self._rows("hints", "project", project, "created_at, hint_id")
+        return [Hint(**{**r, "keys": tuple(r["keys"] or ()), "weight": r["weight"] or 0.0}) for r in rows]
 
     def get_bandit(self, arm_id: str) -> BanditArm | None:
         rows = self._rows("bandit_state", "arm_id", arm_id, "arm_id")

@@ -48,7 +48,10 @@ class RowWrites:
         self._append("experiments", [experiment.to_dict()], durable=True)
 
     def put_hint(self, hint: Hint) -> None:
-        self._append("hints", [hint.to_dict()], durable=True)
+        # advisory, written after the answer: losing the last few to a crash is acceptable (as events)
+        row = hint.to_dict()
+        row["keys"] = list(hint.keys)
+        self._append("hints", [row], durable=False)
 
     def put_bandit(self, arm: BanditArm) -> None:
         self._append("bandit_state", [arm.to_dict()], durable=True)

@@ -98,7 +98,7 @@ async def feedback(request: Request) -> Response:
     )
     b = backend(request)
     try:
-        await in_thread(lambda: b.router.store.put_feedback(fb))  # the store checks it against the receipt
+        await in_thread(lambda: b.router.record_feedback(fb))  # the store checks it against the receipt
     except InvalidRequest as exc:
         return _refused(wants_json, 400, exc.message)
     except StoreError as exc:

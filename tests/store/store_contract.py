@@ -241,6 +241,12 @@ class StoreContract:
         store.put_hint(Hint("h2", "beta", None, "Foo", "symbols", ts(2)))
         assert [h.hint_id for h in store.list_hints()] == ["h1", "h2"]
         assert store.list_hints("beta")[0].symbol == "Foo"
+        full = Hint(
+            "h3", "alpha", "b.py", None, "feedback", ts(3), ("id:foo", "class:identifier"), "identifier",
+            "bm25,ripgrep", "ab" * 32, "cfg1", -1.0, "r1",
+        )  # fmt: skip
+        store.put_hint(full)
+        assert store.list_hints("alpha")[-1] == full  # every field of a flywheel hint round-trips (engine.hints)
 
     def test_bandit_state_keeps_the_newest_update(self, store: Store) -> None:
         store.put_bandit(BanditArm("a1", "identifier", "bm25", 3, 1.5, ts(3)))
