@@ -32,8 +32,8 @@ from typing import Any
 
 from .errors import SchemaError
 from .index.tokenize import STOP_WORDS
-from .spec import line_of, load_yaml
 from .types import Classification, Features
+from .yamlfile import line_of, load_yaml
 
 FILE_NAME = "classifier.yaml"
 FEATURE_KINDS = ("literals", "regex", "identifiers", "code_identifiers", "paths")

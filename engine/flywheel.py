@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .bandit import Bandit
 from .errors import StoreError
-from .hints import HintBook, Observation, observe
+from .hints import HINT_LANE, OBSERVED_ITEMS, AnsweredItem, HintBook, Observation, question_keys
 from .store import Feedback, Store
 
 if TYPE_CHECKING:
@@ -93,3 +93,30 @@ class Flywheel:
         for h in hints:
             self.store.put_hint(h)
         book.add(hints)
+
+
+def observe(state: RunState, receipt_id: str) -> Observation:
+    """What the run's answer can teach (cheap: no I/O; called in the after-answer queue)."""
+    c = state.classification
+    assert c is not None
+    experts = {key: o.expert for key, o in state.outcomes.items() if o.expert != HINT_LANE}
+    classes = {key: o.precision_class for key, o in state.outcomes.items() if o.expert != HINT_LANE}
+    items = []
+    for it in state.fused[:OBSERVED_ITEMS]:
+        if not it.path or it.kind == "commit":
+            continue
+        best: dict[str, int] = {}
+        for src in it.sources:
+            if src.expert in experts:
+                e = experts[src.expert]
+                best[e] = min(best.get(e, src.rank), src.rank)
+        found = tuple(sorted(best))
+        keys = [src.expert for src in it.sources if src.expert in experts]
+        precision = frozenset(classes[k] for k in keys)
+        items.append(AnsweredItem(it.id, it.project, it.path, found, precision, tuple(best[e] for e in found)))
+    ran = sorted({o.expert for o in state.outcomes.values() if o.status in ("ok", "partial") and o.expert != HINT_LANE})
+    roots = {p.name: p.root for p in state.workspace.projects}
+    drawn = (state.bandit.scope, "abstained" if c.abstained else c.klass) if state.bandit is not None else None
+    return Observation(
+        receipt_id, state.config_version, c.klass, question_keys(c), tuple(items), tuple(ran), roots, drawn
+    )

@@ -30,13 +30,10 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .store import Hint, Store
 from .types import Classification, Evidence, sha256_hex
-
-if TYPE_CHECKING:
-    from .nodes.base import RunState
 
 HINT_LANE = "hints"  # the lane's (and its outcome's) name in fusion, sources and the receipt
 OBSERVED_ITEMS = 10  # the answer's first items an observation keeps (nDCG@10's window)
@@ -288,33 +285,6 @@ class Observation:
             weight=weight,
             receipt_id=self.receipt_id,
         )
-
-
-def observe(state: RunState, receipt_id: str) -> Observation:
-    """What the run's answer can teach (cheap: no I/O; called in the after-answer queue)."""
-    c = state.classification
-    assert c is not None
-    experts = {key: o.expert for key, o in state.outcomes.items() if o.expert != HINT_LANE}
-    classes = {key: o.precision_class for key, o in state.outcomes.items() if o.expert != HINT_LANE}
-    items = []
-    for it in state.fused[:OBSERVED_ITEMS]:
-        if not it.path or it.kind == "commit":
-            continue
-        best: dict[str, int] = {}
-        for src in it.sources:
-            if src.expert in experts:
-                e = experts[src.expert]
-                best[e] = min(best.get(e, src.rank), src.rank)
-        found = tuple(sorted(best))
-        keys = [src.expert for src in it.sources if src.expert in experts]
-        precision = frozenset(classes[k] for k in keys)
-        items.append(AnsweredItem(it.id, it.project, it.path, found, precision, tuple(best[e] for e in found)))
-    ran = sorted({o.expert for o in state.outcomes.values() if o.status in ("ok", "partial") and o.expert != HINT_LANE})
-    roots = {p.name: p.root for p in state.workspace.projects}
-    drawn = (state.bandit.scope, "abstained" if c.abstained else c.klass) if state.bandit is not None else None
-    return Observation(
-        receipt_id, state.config_version, c.klass, question_keys(c), tuple(items), tuple(ran), roots, drawn
-    )
 
 
 class HintBook:

@@ -25,6 +25,7 @@ from .index.build import (
     update_index,
     update_indexes,
 )
+from .index.distributed import update_distributed
 from .index.executor import Executor
 from .index.manifest import CatchUp, Manifest
 from .index.progress import ProgressLine
@@ -101,10 +102,20 @@ def index_workspace(
                 bar.stage(name, f"waiting for the background indexer (pid {holder})" if holder else "loading the model")
                 with index_lock(ws.data_dir, name):
                     accept = getattr(expert, "accepts", None)
+                    indexer = expert.indexer()
+                    if executor is not None and executor.name != "local" and callable(getattr(indexer, "apply", None)):
+                        # its batches prepared on the cluster (engine/index/distributed.py): the same index
+                        job = IndexJob(name, indexer, accept, generations[name])
+                        reports.append(
+                            update_distributed(
+                                job, ws, current, executor, batch_files=batch_files, progress=bar, policy=policy
+                            )
+                        )
+                        continue
                     reports.append(
                         update_index(
                             name,
-                            expert.indexer(),
+                            indexer,
                             ws,
                             current,
                             progress=bar,
@@ -112,7 +123,6 @@ def index_workspace(
                             accept=accept,
                             policy=policy,
                             generation=generations[name],
-                            executor=executor,
                             batch_files=batch_files,
                         )
                     )

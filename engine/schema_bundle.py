@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .spec import load_schema
+from .yamlfile import load_schema
 
 
 def shipped_ids() -> dict[str, str]:

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..secrets import SecretsPolicy
 from ..types import Project
@@ -61,9 +61,6 @@ from .state import (  # re-exported: the query path and older callers import the
     lock_holder,
     read_head,
 )
-
-if TYPE_CHECKING:
-    from .executor import Executor
 
 __all__ = [
     "CATCHUP_FILE",
@@ -352,23 +349,9 @@ def update_index(
     accept: Callable[[SourceFile], bool] | None = None,
     policy: SecretsPolicy | None = None,
     generation: int | None = None,
-    executor: Executor | None = None,
 ) -> IndexReport:
-    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job). With a
-    distributing ``executor`` (Ray) and an indexer offering ``task`` / ``prepare`` / ``apply``, its
-    batches are prepared there instead (:mod:`engine.index.distributed`: the same index results)."""
-    if executor is not None and executor.name != "local" and callable(getattr(indexer, "apply", None)):
-        from .distributed import update_distributed
-
-        return update_distributed(
-            IndexJob(name, indexer, accept, generation),
-            workspace,
-            current,
-            executor,
-            batch_files=batch_files,
-            progress=progress,
-            policy=policy,
-        )
+    """Bring one index up to date with ``current`` (:func:`update_indexes` with one job; on an
+    executor such as Ray: :func:`engine.index.distributed.update_distributed`)."""
     job = IndexJob(name, indexer, accept, generation)
     (report,) = update_indexes(
         [job],

@@ -33,11 +33,6 @@ def _outline(path: str, data: bytes) -> Outline:
     return outline(path, data)  # never raises: windows of lines where no grammar applies
 
 
-def outline_many(items: list[tuple[str, bytes]]) -> list[Outline]:
-    """What a prefetch worker runs: the outlines of one group of files."""
-    return [_outline(path, data) for path, data in items]
-
-
 def file_outline(path: str, data: bytes) -> Outline:
     """Tags and chunks of one file from a single parse, cached for the last few files. Never raises.
 

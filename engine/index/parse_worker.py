@@ -91,11 +91,12 @@ class ParseWorker:
 
 
 def main() -> int:
-    from .chunking import outline_many
+    """The worker: the outlines (tags and chunks, :func:`engine.syntax.outline`) of each group of files."""
+    from ..syntax import outline  # the grammars load in the worker, not in its parent's import
 
     src, out = sys.stdin.buffer, sys.stdout.buffer
     while (items := read_frame(src)) is not None:
-        write_frame(out, outline_many(items))
+        write_frame(out, [outline(path, data) for path, data in items])
     return 0
 
 

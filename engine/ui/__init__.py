@@ -8,6 +8,7 @@ no build step; templates and static files ship as package data. Same auth as ``/
 
 from __future__ import annotations
 
-from .app import Backend, ui_app
+from .app import ui_app
+from .pages import Backend
 
 __all__ = ["Backend", "ui_app"]

@@ -14,7 +14,7 @@ from ..errors import EngineError, InvalidRequest, StoreError
 from ..store import Feedback
 from ..workspace import LANGUAGES
 from .answers import Answer, answer_view, verdicts_of
-from .app import backend, in_thread, page, state
+from .pages import backend, in_thread, page, state
 from .security import checked_form, local_path
 
 FIELDS = ("question", "pipeline", "project", "path", "language", "mode", "budget_ms", "limit")

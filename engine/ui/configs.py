@@ -19,7 +19,7 @@ from ..errors import EngineError
 from ..runtime import Router
 from ..spec import ConfigSet, load_config
 from ..types import canonical_json, sha256_hex
-from .app import backend, in_thread, page
+from .pages import backend, in_thread, page
 
 MAX_SHOWN_BYTES = 200_000
 

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from ..secrets import SecretsPolicy, policy_for
 from ..types import Project
 from ..workspace import MAX_FILE_BYTES, PRIVATE_DIRS, contained, in_excluded_dir, looks_binary, normalize_scope_path
-from .app import backend, in_thread, page
+from .pages import backend, in_thread, page
 
 MAX_SHOWN_LINES = 20_000
 

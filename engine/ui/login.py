@@ -6,7 +6,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .app import page, state
+from .pages import page, state
 from .security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from ..errors import EngineError
 from ..receipts import verify_pinned
 from ..store import ReceiptQuery
-from .app import backend, in_thread, page
+from .pages import backend, in_thread, page
 
 FILTERS = ("class", "status", "pipeline", "config_version", "since", "until", "limit")
 STATUSES = ("ok", "invalid_request", "zero_expert_gate", "receipt_error", "node_error")

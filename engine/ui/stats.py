@@ -14,8 +14,8 @@ from starlette.responses import Response
 
 from ..store import EventQuery, ExpertStats, ReceiptMix, ReceiptQuery, Store
 from ..store.records import timestamp
-from .app import backend, in_thread, page
 from .charts import Chart, count, hbars, ms, pct
+from .pages import backend, in_thread, page
 
 WINDOWS: dict[str, timedelta | None] = {
     "1h": timedelta(hours=1),
