@@ -295,11 +295,34 @@ def tune(
         typer.Option("--confidence", help="Fit the confidence model (priors.yaml confidence) from eval runs instead"),
     ] = False,
     fmt: TableFormatOpt = "text",
+    release: Annotated[
+        Path | None,
+        typer.Option(
+            "--release",
+            help="Ship the proposal as a gated config version: a copy of the config folder here with the new "
+            "priors.yaml, `engine diff` against the current one, and `engine eval compare` of the router on --suite's "
+            "dev split as the gate",
+        ),
+    ] = None,
+    suite: Annotated[Path | None, typer.Option("--suite", help="--release: the suite whose dev split gates")] = None,
+    split: Annotated[str, typer.Option("--split", help="--release: the gate's split (dev splits only)")] = "dev",
+    workspace: Annotated[
+        list[Path] | None, typer.Option("--workspace", "-w", help="--release: the suite's live workspace, if any")
+    ] = None,
+    adopt: Annotated[
+        bool,
+        typer.Option("--adopt", help="--release: replace priors.yaml when the gate passes (old kept as .previous)"),
+    ] = False,
 ) -> None:
     """Propose per-class expert priors from measured single-expert quality, or (``--rerank``) fit the
-    rerank node's weights on eval runs of dev splits (review with `engine diff`)."""
+    rerank node's weights on eval runs of dev splits (review with `engine diff`); ``--release`` ships
+    the proposal as a config version gated by `engine eval compare` on a dev split."""
     from .tune import tune as run_tune
     from .tune import tune_confidence_file, tune_rerank_file
+
+    if release is not None:
+        _tune_release(metrics, config_ref(config_dir, None).path, release, suite, split, workspace, adopt, metric, fmt)
+        return
 
     if (rerank or confidence) and fmt not in ("text", "json"):  # nested reports: no table form
         _fail(SpecError(f"--format {fmt} is not offered with --rerank / --confidence; use text or json"))
@@ -341,6 +364,39 @@ def tune(
             f"{r['class']:<18} {r['expert']:<10} {r['old']!s:>5} → {r['new']!s:>5}   "
             f"({metric} ratio {r['ratio']}, {r['queries']} queries)"
         )
+
+
+def _tune_release(
+    metrics: list[Path],
+    config_dir: Path,
+    out_dir: Path,
+    suite: Path | None,
+    split: str,
+    workspace: list[Path] | None,
+    adopt: bool,
+    metric: str,
+    fmt: str,
+) -> None:
+    from .tune_release import release
+
+    if suite is None:
+        _fail(SpecError("--release needs --suite: the suite whose dev split gates the release"))
+        return
+    if fmt not in ("text", "json"):
+        _fail(SpecError(f"--format {fmt} is not offered with --release; use text or json"))
+    try:
+        r = release(metrics, config_dir, out_dir, suite, split=split, workspace=workspace, adopt=adopt, metric=metric)
+    except EngineError as exc:
+        _fail(exc)
+        return
+    if fmt == "json":
+        typer.echo(json.dumps({**vars(r), "candidate": str(r.candidate)}, indent=1))
+    else:
+        typer.echo(f"candidate config: {r.candidate}\n\n{r.diff}\n\ngate ({split}):")
+        typer.echo("\n".join(r.gate))
+        verdict = "adopted" if r.adopted else ("passed (not adopted: --adopt)" if r.regressions == 0 else "REFUSED")
+        typer.echo(f"{r.regressions} regression(s): {verdict}")
+    raise typer.Exit(1 if r.regressions else 0)
 
 
 app.add_typer(eval_app, name="eval")
