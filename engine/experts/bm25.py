@@ -157,6 +157,13 @@ class BM25Expert(IndexedExpert):
             "language": query.scope.language,
         }
 
+    def _indexed_nothing(self) -> bool:
+        """``engine index`` ran and found no file for this index (it then opens no writer at all)."""
+        if not self.manifest_path.exists():
+            return False
+        m = Manifest.load(self.manifest_path)
+        return not m.files and m.pending == 0
+
     def _searcher(self) -> Any:
         import tantivy
 
@@ -173,6 +180,8 @@ class BM25Expert(IndexedExpert):
     def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
         import tantivy
 
+        if not (self._dir / "tantivy" / "meta.json").exists() and self._indexed_nothing():
+            return []  # indexed, and no file was for this index (a repo without docs): an empty answer
         index = self._searcher()
         schema = index.schema
         should = []
