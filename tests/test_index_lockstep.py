@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,26 @@ def test_the_parse_worker_returns_what_parsing_here_returns() -> None:
     assert [(t, [c.text for c in cs]) for t, cs in remote] == [
         (file_outline(p, d)[0], [c.text for c in file_outline(p, d)[1]]) for p, d in files
     ]
+
+
+def test_the_parse_worker_never_deadlocks_when_both_pipes_fill() -> None:
+    """Requests sent faster than the worker answers fill its input pipe while its replies fill the
+    output pipe: the reader must still take replies (it once waited for the lock a blocked writer held)."""
+    import threading
+
+    from engine.index.parse_worker import ParseWorker
+
+    big = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
+    worker = ParseWorker()
+    futures: list[Any] = []
+    sender = threading.Thread(target=lambda: futures.extend(worker.submit(big) for _ in range(12)), daemon=True)
+    try:
+        sender.start()
+        sender.join(timeout=120)
+        assert not sender.is_alive(), "submit() blocked: the parse worker deadlocked"
+        assert all(len(f.result(timeout=120)) == len(big) for f in futures)
+    finally:
+        worker.close()
 
 
 def _index(tmp_path: Path, name: str, lockstep: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> dict:

@@ -52,19 +52,25 @@ class ParseWorker:
             stderr=subprocess.DEVNULL,
         )
         self._waiting: deque[Future[Any]] = deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _waiting only: never held while a pipe may block
+        # frames go out in the order their futures are queued; a writer blocked on a full pipe holds
+        # only this lock, so the reader can still take replies off the worker's (full) output pipe
+        self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="parse-worker-reader", daemon=True)
         self._reader.start()
 
     def submit(self, items: list[tuple[str, bytes]]) -> Future[Any]:
         fut: Future[Any] = Future()
-        with self._lock:
-            self._waiting.append(fut)
+        with self._write_lock:
+            with self._lock:
+                self._waiting.append(fut)
             assert self._proc.stdin is not None
             try:
                 write_frame(self._proc.stdin, items)
             except OSError as exc:  # the worker died: this and later groups are parsed in-process
-                self._waiting.pop()
+                with self._lock:
+                    if fut in self._waiting:
+                        self._waiting.remove(fut)
                 fut.set_exception(exc)
         return fut
 
