@@ -36,7 +36,7 @@ from .records import (
     StoredReceipt,
     StoreHealth,
 )
-from .schema import PG_DDL, SCHEMA_VERSION, TABLES, insert_sql, row_values, select_sql
+from .schema import PG_DDL, PG_MIGRATIONS, SCHEMA_VERSION, TABLES, insert_sql, row_values, select_sql
 from .spool import EPHEMERAL
 from .sql_reads import SqlReads
 from .writes import RowWrites
@@ -113,6 +113,8 @@ class PostgresStore(SqlReads, RowWrites):
             con.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])  # concurrent CREATE IF NOT EXISTS races
             con.execute(LOG_DDL)
             con.execute(PG_DDL)
+            for stmt in PG_MIGRATIONS:  # columns added since an older engine created the tables
+                con.execute(stmt)
             con.execute(
                 "INSERT INTO store_meta VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = %s",
                 [SCHEMA_VERSION, SCHEMA_VERSION],

@@ -109,6 +109,10 @@ PG_DDL = ";".join(
     for stmt in DDL.split(";")
     if "spool_offsets" not in stmt
 )
+#: the same column additions for a PostgreSQL store created by an older engine
+PG_MIGRATIONS = tuple(
+    m.replace("VARCHAR", 'TEXT COLLATE "C"').replace(" DOUBLE", " DOUBLE PRECISION") for m in MIGRATIONS
+)
 JSON_COLUMNS = frozenset({"body", "metrics", "response", "useful_item_ids", "not_useful_item_ids", "content", "keys"})
 #: upsert tables: the row with the newest value of this column wins, whatever order rows arrive in
 NEWEST_WINS = {"cache": "created_at", "bandit_state": "updated_at"}
