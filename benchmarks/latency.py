@@ -16,7 +16,7 @@ router arm, cache off, one warm-up question per snapshot), so the numbers are th
 * **budget sweep** — the same suites with ``budget.latency_ms`` of 50, 100, 200, 500 ms:
   overrun (end to end minus budget) p50/p99, nDCG@10 and Acc@5 per budget, expert statuses
   (ok/partial/timeout/skipped); drawn as an SVG (nDCG@10 against budget, one line per suite);
-* **rss** — a serving Router on the django@3.0 snapshot answering the swebench django issues and
+* **rss** — a serving Router on the django@3.0 snapshot (large config) answering the swebench django issues and
   20 generated questions of the other shapes (``engine bench``'s) three times over: RSS after
   start, after the first answer, after each round, and the peak;
 * **hooks for rows other engineers own** — :data:`EXTERNAL_ROWS`: ``engine run`` wall time from
@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -43,7 +42,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent.parent / "shared" / "eval"  # /work/shared/eval beside /work/wt/<name>
+#: the shared suites: beside the checkout (/work/main → /work/shared) or beside a worktree's parent
+SHARED = next(
+    (p / "shared" / "eval" for p in (REPO.parent, REPO.parent.parent) if (p / "shared" / "eval").is_dir()),
+    REPO.parent / "shared" / "eval",
+)
 BUDGETS = (50, 100, 200, 500)
 #: rows measured by other benchmarks (their owners): name → (owner, what the row shows)
 EXTERNAL_ROWS = {
@@ -177,19 +180,6 @@ def rss_mb(pid: int | str = "self") -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = round(int(value.split()[0]) / 1024, 1)
     return out
-
-
-def without_typed(config: Path, runs: Path) -> Path:
-    """A copy of ``config`` with the typed expert disabled: what the router holds without jedi."""
-    import yaml
-
-    dst = runs / "config-without-typed"
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(config, dst)
-    experts = yaml.safe_load((dst / "experts.yaml").read_text())
-    experts["experts"]["typed"]["enabled"] = False
-    (dst / "experts.yaml").write_text(yaml.safe_dump(experts, sort_keys=False))
-    return dst
 
 
 def run_rss(
@@ -418,10 +408,7 @@ def main() -> None:
             if b is None and args.baseline_src:  # side by side: the same suite right after, older code
                 data["baseline"].append(child_suite(name, args, b, args.baseline_src))
     if args.large_config:
-        data["rss"] = [
-            run_rss(args),
-            run_rss(args, config=str(without_typed(Path(args.large_config), Path(args.runs)))),
-        ]
+        data["rss"] = [run_rss(args)]  # the large config: typed off (benchmarks/large_corpus_config.py)
         if args.baseline_src:
             data["rss"].append(run_rss(args, src=args.baseline_src))
     data["external"] = external_rows(args.row)

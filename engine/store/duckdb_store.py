@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import time
@@ -38,10 +37,9 @@ from . import ingest
 from .records import (
     CacheEntry,
     RepairReport,
-    StoredReceipt,
     StoreHealth,
 )
-from .schema import TABLES, select_sql
+from .schema import TABLES
 from .spool import SpoolWriter, encode, segment_files, spool_files
 from .sql_reads import SqlReads, json_value
 from .writes import RowWrites
@@ -148,20 +146,6 @@ class DuckDBStore(SqlReads, RowWrites):
                 raise damaged(self.db_path, exc) from exc
             finally:
                 con.close()
-
-    def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
-        sql, params = select_sql("receipts"), []
-        if receipt_id is not None:
-            sql, params = sql + " WHERE receipt_id = ?", [receipt_id]
-        cols = TABLES["receipts"][1]
-        for row in self._read(sql + " ORDER BY receipt_id", params):
-            columns = dict(zip(cols, row, strict=True))
-            raw = columns.pop("body")
-            try:
-                body = json.loads(raw) if raw is not None else None
-                yield StoredReceipt(columns, body if isinstance(body, dict) else None, None)
-            except ValueError as exc:
-                yield StoredReceipt(columns, None, f"stored body is not JSON: {exc}")
 
     def logged_receipts(self) -> Iterator[dict[str, Any]]:
         # a shared lock: compaction (exclusive) must not move spools into a segment mid-read

@@ -33,10 +33,9 @@ from ..errors import StoreError
 from .records import (
     CacheEntry,
     RepairReport,
-    StoredReceipt,
     StoreHealth,
 )
-from .schema import PG_DDL, PG_MIGRATIONS, SCHEMA_VERSION, TABLES, insert_sql, row_values, select_sql
+from .schema import PG_DDL, PG_MIGRATIONS, SCHEMA_VERSION, TABLES, insert_sql, row_values
 from .spool import EPHEMERAL
 from .sql_reads import SqlReads
 from .writes import RowWrites
@@ -145,16 +144,6 @@ class PostgresStore(SqlReads, RowWrites):
     def _read(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         with self._conn() as con:
             return con.execute(sql, params or []).fetchall()
-
-    def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
-        sql, params = select_sql("receipts"), []
-        if receipt_id is not None:
-            sql, params = sql + " WHERE receipt_id = %s", [receipt_id]
-        cols = TABLES["receipts"][1]
-        for row in self._read(sql + " ORDER BY receipt_id", params):
-            columns = dict(zip(cols, row, strict=True))
-            body = columns.pop("body")
-            yield StoredReceipt(columns, body if isinstance(body, dict) else None, None)
 
     def logged_receipts(self) -> Iterator[dict[str, Any]]:
         for (row,) in self._read("SELECT row FROM record_log WHERE tbl = 'receipts' ORDER BY seq"):

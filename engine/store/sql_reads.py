@@ -8,6 +8,7 @@ and its :data:`~.sql.Dialect`; the queries come from :mod:`.sql`, the row shapes
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from .records import (
@@ -22,6 +23,7 @@ from .records import (
     ReceiptMix,
     ReceiptQuery,
     ReceiptSummary,
+    StoredReceipt,
 )
 from .schema import JSON_COLUMNS, TABLES, select_sql
 from .sql import Dialect, event_where, mix_sql, placeholder, receipt_where, stats_sql
@@ -37,6 +39,21 @@ class SqlReads:
 
     def _read(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         raise NotImplementedError
+
+    def stored_receipts(self, receipt_id: str | None = None) -> Iterator[StoredReceipt]:
+        sql, params = select_sql("receipts"), []
+        if receipt_id is not None:
+            sql, params = f"{sql} WHERE receipt_id = {placeholder(self.dialect)}", [receipt_id]
+        cols = TABLES["receipts"][1]
+        for row in self._read(sql + " ORDER BY receipt_id", params):
+            columns = dict(zip(cols, row, strict=True))
+            raw = columns.pop("body")
+            try:
+                body = json_value(raw) if raw is not None else None
+            except ValueError as exc:  # a damaged row is reported by the audit, not skipped
+                yield StoredReceipt(columns, None, f"stored body is not JSON: {exc}")
+                continue
+            yield StoredReceipt(columns, body if isinstance(body, dict) else None, None)
 
     def get_receipt(self, receipt_id: str) -> dict[str, Any] | None:
         rows = self._read(f"SELECT body FROM receipts WHERE receipt_id = {placeholder(self.dialect)}", [receipt_id])
