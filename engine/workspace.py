@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -91,8 +92,10 @@ def is_test_file(path: str) -> bool:
     return bool(_TEST_RE.search(path))
 
 
+@lru_cache(maxsize=_PATH_CACHE)
 def in_excluded_dir(path: str) -> bool:
-    return any(p in EXCLUDED_DIRS for p in PurePosixPath(path).parts[:-1])
+    # strings, cached: every grep line and every item of every expert passes here
+    return any(p in EXCLUDED_DIRS for p in path.split("/")[:-1])
 
 
 def is_excluded(path: str) -> bool:
@@ -226,6 +229,13 @@ def in_scope(path: str, scope: Scope) -> bool:
     return True
 
 
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False  # missing: realpath (non-strict) would keep the name as it is
+
+
 def contained(root: Path, rel: str, *, dirs: dict[str, str] | None = None) -> Path | None:
     """The real path of ``rel`` under ``root`` (symlinks resolved), or None when it lands outside ``root``.
 
@@ -243,7 +253,11 @@ def contained(root: Path, rel: str, *, dirs: dict[str, str] | None = None) -> Pa
         base = dirs.get(str(root)) or dirs.setdefault(str(root), os.path.realpath(root))
         parent, name = os.path.split(os.path.join(base, rel))
         real_parent = dirs.get(parent) or dirs.setdefault(parent, os.path.realpath(parent))
-        full = os.path.realpath(os.path.join(real_parent, name))
+        full = os.path.join(real_parent, name)
+        # the parent is real already: only the name itself can be a link (one lstat, not one per
+        # component); ".", ".." and links go through realpath
+        if name in ("", ".", "..") or _is_link(full):
+            full = os.path.realpath(full)
     inside = full == base or full.startswith(base if base.endswith(os.sep) else base + os.sep)
     return Path(full) if inside else None
 

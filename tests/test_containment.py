@@ -117,3 +117,35 @@ async def test_mcp_stdio_scope_symlink_is_invalid_request(attacked: Path, config
             assert reply.is_error and reply.content[0].text.startswith("invalid_request")
             assert ROOT_LINE not in reply.content[0].text and "SECRET_TOKEN" not in reply.content[0].text
             assert plain_pynacl_verify(reply.structured_content["receipt"])
+
+
+def test_batched_check_equals_the_plain_one(tmp_path: Path) -> None:
+    """``contained(..., dirs=memo)`` (the screen's batch, which resolves only the last name again)
+    answers exactly what a full ``realpath`` does, for every mix of links, ``..`` and missing files."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from engine.workspace import contained
+
+    root, outside = tmp_path / "proj", tmp_path / "outside"
+    (root / "pkg" / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("x")
+    (root / "pkg" / "a.py").write_text("x")
+    (root / "pkg" / "sub" / "b.py").write_text("x")
+    (root / "pkg" / "out_link.txt").symlink_to(outside / "secret.txt")
+    (root / "pkg" / "in_link.py").symlink_to(root / "pkg" / "a.py")
+    (root / "dir_link").symlink_to(root / "pkg")
+    (root / "out_dir").symlink_to(outside)
+    (root / "loop").symlink_to(root / "loop")
+    parts = ["pkg", "sub", "a.py", "b.py", "out_link.txt", "in_link.py", "dir_link", "out_dir", "secret.txt",
+             "loop", "..", ".", "missing"]  # fmt: skip
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.lists(st.sampled_from(parts), min_size=1, max_size=4), min_size=1, max_size=6))
+    def check(rels: list[list[str]]) -> None:
+        memo: dict[str, str] = {}
+        for rel in ("/".join(r) for r in rels):
+            assert contained(root, rel, dirs=memo) == contained(root, rel), rel
+
+    check()

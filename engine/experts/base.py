@@ -44,6 +44,7 @@ index, ``live`` when it is live, ``unknown`` otherwise.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -96,6 +97,8 @@ def settings(properties: Mapping[str, Any], *, required: Sequence[str] = ()) -> 
 POSITIVE_INT: Mapping[str, Any] = {"type": "integer", "minimum": 1}
 #: the flag on items an expert handed back when its deadline cut the search
 PARTIAL = "partial"
+#: bytes read from a child's pipe per call
+CHUNK = 65536
 
 
 class Found:
@@ -233,7 +236,7 @@ async def run_process(
     sweep_on_exit: bool = True,
     on_stdout: Callable[[bytes], bool | None] | None = None,
 ) -> ProcessResult:
-    """Run argv (never a shell) in its own session, its environment tagged (:mod:`engine.proctree`).
+    """Run argv (never a shell) in its own process group, its environment tagged (:mod:`engine.proctree`).
 
     When cancelled (the deadline), the whole tree is SIGKILLed at once; when the process exits,
     any descendant it left behind (``setsid cmd &``) is killed too (from a thread: the ``/proc``
@@ -251,9 +254,7 @@ async def run_process(
     """
     tag = proctree.new_tag()
     try:
-        proc = await anyio.open_process(
-            list(argv), cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True, env=proctree.tagged_env(tag, env)
-        )
+        proc = await _Child.start(argv, cwd=cwd, env=proctree.tagged_env(tag, env))
     except FileNotFoundError as exc:
         raise ExpertUnavailable(f"binary not found: {argv[0]}", expert=expert) from exc
     except PermissionError as exc:
@@ -261,15 +262,15 @@ async def run_process(
     out, err = bytearray(), bytearray()
     stopped = False
 
-    async def pump(stream: Any, buf: bytearray) -> None:
-        async for chunk in stream:
+    async def pump(stream: asyncio.StreamReader, buf: bytearray) -> None:
+        while chunk := await stream.read(CHUNK):
             if len(buf) < max_output:
                 buf.extend(chunk)
 
-    async def stream_out(stream: Any) -> None:
+    async def stream_out(stream: asyncio.StreamReader) -> None:
         nonlocal stopped
         assert on_stdout is not None
-        async for chunk in stream:
+        while chunk := await stream.read(CHUNK):
             if on_stdout(chunk):
                 stopped = True
                 proctree.kill_group(proc.pid)  # the sweep, if any, follows the exit as usual
@@ -289,6 +290,8 @@ async def run_process(
         with anyio.CancelScope(shield=True):
             await _kill_tree(proc, tag)
         raise
+    finally:
+        proc.close()
     if proc.returncode not in ok_codes and not stopped:
         tail = bytes(err[-600:]).decode("utf-8", "replace").strip()
         raise ExpertFailed(
@@ -297,7 +300,64 @@ async def run_process(
     return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
 
 
-async def _kill_tree(proc: Any, tag: str) -> None:
+class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol plus an event set when the process exits: ``Process.wait`` would
+    also wait for the pipes, which a descendant holding them keeps open (the sweep needs the exit)."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=CHUNK, loop=asyncio.get_running_loop())
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+@dataclass(slots=True)
+class _Child:
+    """A child process in a process group of its own, spawned on the event loop.
+
+    asyncio directly (the engine runs on anyio's asyncio backend) because anyio can only ask for a
+    new *session*, and the child's ``setsid`` put a 15 ms stall on the event loop on about one
+    spawn in ten here (p90 15.6 ms against 0.75 ms with ``process_group=0``; ADR 0012).
+    """
+
+    pid: int
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+    _transport: asyncio.SubprocessTransport
+    _protocol: _ChildProtocol
+
+    @classmethod
+    async def start(cls, argv: Sequence[str], *, cwd: Path | None, env: dict[str, str]) -> _Child:
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.subprocess_exec(
+            _ChildProtocol,
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,
+        )
+        assert protocol.stdout is not None and protocol.stderr is not None  # both are pipes
+        return cls(transport.get_pid(), protocol.stdout, protocol.stderr, transport, protocol)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._transport.get_returncode()
+
+    async def wait(self) -> int | None:
+        await self._protocol.exited.wait()
+        return self.returncode
+
+    def close(self) -> None:
+        """Close the pipes and the transport (SIGKILL if it still runs): nothing left for the GC."""
+        self._transport.close()
+
+
+async def _kill_tree(proc: _Child, tag: str) -> None:
     """SIGKILL the group now and every tagged descendant right after (no SIGTERM grace: the budget
     is spent), then reap the process, briefly — a SIGKILLed process is gone within milliseconds."""
     proctree.kill_tree_soon(proc.pid, tag)
