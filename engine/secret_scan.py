@@ -108,7 +108,30 @@ def _weak_prefix_stripped(pattern: str) -> str:
         if not weak:
             break
         pattern = rest
-    return pattern
+    return _class_run_stripped(pattern)
+
+
+def _class_run_stripped(pattern: str) -> str:
+    """Drop leading character-class runs (``[0-9a-z]{32}-us[0-9]{1,2}`` → ``-us[0-9]{1,2}``) while a
+    literal follows. A class that cannot match a newline keeps the match on the same line, and any
+    match of ``A·B`` contains one of ``B``: still a superset, but the search now starts at a
+    literal (the Mailchimp, Telegram and Discord rules went from 0.25–0.9 s to milliseconds over
+    sqlalchemy's 68 MB)."""
+    rest = pattern
+    while m := re.match(r"(\[(?:\\.|[^\]\\])+\]|\\[dw])(\{\d+(?:,\d*)?\})?", rest):
+        after = rest[m.end() :]
+        if not after or after[0] in "?*+{|)" or re.fullmatch(m.group(1), "\n"):
+            return pattern
+        rest = after
+    return rest if rest != pattern and _literal_first(rest) else pattern
+
+
+def _literal_first(pattern: str) -> bool:
+    """Does ``pattern`` start with a plain character or escaped punctuation (what re scans for fast)?"""
+    c = pattern[0]
+    if c == "\\":
+        return len(pattern) > 1 and not pattern[1].isalnum()
+    return c not in "[(.^$"
 
 
 class Detector:
@@ -159,7 +182,11 @@ class Detector:
         from detect_secrets.util.code_snippet import get_code_snippet
 
         starts = [0, *(m.end() for m in re.finditer("\n", text))]
-        lowered = text.translate(_ASCII_LOWER)  # same length: match offsets stay valid
+        # the same length, so match offsets stay valid: str.lower is 8x faster than an ASCII
+        # translate table and keeps the length unless the text holds a character like "İ"
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            lowered = text.translate(_ASCII_LOWER)
         candidates: set[int] = set()
         for rx, on_lowered in self.prefilters:
             for m in rx.finditer(lowered if on_lowered else text):

@@ -208,3 +208,36 @@ def test_keyword_findings_count_only_when_the_value_looks_generated() -> None:
         assert list(detector.findings(text, "config.py")) == [], text
     real = "DB_PASSWORD = 'q7Vt!x2LmZ9#rB4k'\n"
     assert [f.rule for f in detector.findings(real, "settings.py")] == ["content:Secret Keyword"]
+
+
+def test_prefilters_flag_every_line_a_plugin_would_match() -> None:
+    """The prefilters (weak prefixes and leading class runs stripped, case folded) are a superset of
+    detect-secrets' own patterns: a line any plugin regex matches is always a candidate."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from engine.secret_scan import _ASCII_LOWER
+
+    detector = Detector.get()
+    originals = [rx for plugin in detector.plugins for rx in getattr(plugin, "denylist", None) or ()]
+    assert len(originals) > 20
+
+    def flagged(line: str) -> bool:
+        low = line.translate(_ASCII_LOWER)
+        return any(rx.search(low if on_lowered else line) for rx, on_lowered in detector.prefilters)
+
+    checked = 0
+    for rx in originals:
+        try:
+            strategy = st.from_regex(rx, fullmatch=True).filter(lambda s: "\n" not in s and "\r" not in s)
+        except Exception:  # noqa: BLE001 - a construct hypothesis cannot generate from (lookbehind)
+            continue
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(strategy, st.just(rx.pattern))
+        def check(s: str, pattern: str) -> None:
+            assert flagged(f"x = {s} # y"), (pattern, s)
+
+        check()
+        checked += 1
+    assert checked >= len(originals) // 2
