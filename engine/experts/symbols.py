@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ExpertUnavailable, ExpertUnconfigured
 from ..index.files import SourceFile
@@ -171,6 +171,30 @@ def definition_score(ident: str, qname: str, path: str, guessed: bool = False) -
     return 0.2 if last_component(qname).lower() == last_component(ident).lower() else 0.0
 
 
+T = TypeVar("T")
+#: a definition matched this well by a *qualified* name (``Parser.use_args``) leaves out the
+#: definitions that share only its last component (0.3) ...
+QUALIFIED_HIT = 0.8
+LAST_NAME_ONLY = 0.3
+#: ... and, when the qualifier is a class (CapWords), those where the name has no such qualifier
+#: (0.6: a module-level ``use_args = parser.use_args``). A module qualifier keeps them: packages
+#: re-export (``attrs.define`` is implemented as ``attr._next_gen.define``).
+NO_SUCH_QUALIFIER = 0.6
+
+
+def without_namesakes(scored: list[tuple[float, T]], names: list[str]) -> list[tuple[float, T]]:
+    """When the question qualifies the name and some definition matches that qualified name, the
+    definitions that merely share its last component are namesakes, not answers: each of them
+    otherwise counts as a definition the other experts "agree" on (a module-level
+    ``use_args = parser.use_args`` in every webargs parser outranked ``Parser.use_args`` itself)."""
+    qualified = [n for n in names if "." in n]
+    if not qualified or not scored or max(s for s, _ in scored) < QUALIFIED_HIT:
+        return scored
+    by_class = any(n.split(".")[-2][:1].isupper() for n in qualified)
+    floor = NO_SUCH_QUALIFIER if by_class else LAST_NAME_ONLY
+    return [(s, r) for s, r in scored if s > floor]
+
+
 def reference_score(ident: str, written: str) -> float:
     """How well a reference written as ``written`` (``self.save``, ``os.path.join``) matches."""
     if written == ident:
@@ -246,7 +270,7 @@ class SymbolsExpert(IndexedExpert):
     ) -> list[tuple[float, SymbolRow]]:
         rows = store.by_name([last_component(n) for n in names], "definition", projects)
         scored = [(max(definition_score(n, r.qualified_name, r.path, guessed) for n in names), r) for r in rows]
-        return [(s, r) for s, r in scored if s > 0]
+        return without_namesakes([(s, r) for s, r in scored if s > 0], names)
 
     def _reference_rows(
         self, store: SymbolStore, names: list[str], guessed: bool, projects: list[str]

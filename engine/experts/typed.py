@@ -33,7 +33,7 @@ from ..types import Evidence, Query
 from ..workspace import in_scope
 from .base import POSITIVE_INT, settings
 from .indexed import IndexedExpert
-from .symbols import definition_score, symbol_item, symbol_plan
+from .symbols import definition_score, symbol_item, symbol_plan, without_namesakes
 
 #: a file's k-th reference (from 0) scores ``1 - k * FILE_DECAY``, floored at ``MIN_SCORE``; an
 #: import scores ``IMPORT_SCORE``: every file's first use ranks before any file's second
@@ -126,7 +126,7 @@ class TypedExpert(IndexedExpert):
                 s *= STATEMENT_FACTOR if d.type == "statement" else 1.0
                 s *= STUB_FACTOR if d.path.endswith(".pyi") else 1.0
                 scored.append((s, d))
-        return scored
+        return without_namesakes(scored, names)
 
     @staticmethod
     def _references(store: TypedStore, plan: dict[str, Any], targets: list[DefRow]) -> list[Evidence]:

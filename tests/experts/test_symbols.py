@@ -39,6 +39,10 @@ def test_exact_qualified_name_ranks_before_a_bare_name_match(symws: Path, config
     _, items = ask_expert(config_dir, symws, "symbols", "where is FakeOrder.total defined")
     assert where(items)[0] == ("shop", "shop/services.py", "FakeOrder.total")
     assert items[0].score == 1.0 and all(e.score < 1.0 for e in items[1:])
+    # the other `total` methods share only the last name with the qualified hit: namesakes, left out
+    assert all(e.score >= 0.7 for e in items) and not any(w[2] == "Order.total" for w in where(items))
+    _, items = ask_expert(config_dir, symws, "symbols", "where is Basket.total defined")  # no qualified hit
+    assert {"Order.total", "FakeOrder.total"} <= {w[2] for w in where(items)}
     _, items = ask_expert(config_dir, symws, "symbols", "where is Server.Start defined")  # Go receiver method
     assert where(items) == [("billing", "svc/server.go", "Server.Start")]
     _, items = ask_expert(
@@ -149,3 +153,16 @@ def test_engine_index_cli_builds_the_symbols_index(tmp_path: Path, config_dir: P
     res = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert (ws / ".engine" / "index" / "symbols" / "symbols.sqlite3").is_file()
+
+
+def test_namesakes_go_only_behind_a_qualified_hit() -> None:
+    from engine.experts.symbols import without_namesakes
+
+    scored = [(1.0, "exact"), (0.7, "suffix"), (0.6, "no-such-qualifier"), (0.3, "last-name")]
+    # a class qualifier: a module-level alias of the same name is not the method asked for
+    assert [r for _, r in without_namesakes(scored, ["Parser.use_args"])] == ["exact", "suffix"]
+    # a module qualifier: packages re-export, the implementation elsewhere is an answer
+    assert [r for _, r in without_namesakes(scored, ["attrs.define"])] == ["exact", "suffix", "no-such-qualifier"]
+    # nothing matches the qualified name, or the name is bare: everything stays
+    assert without_namesakes(scored[1:], ["Parser.use_args"]) == scored[1:]
+    assert without_namesakes(scored, ["use_args"]) == scored
