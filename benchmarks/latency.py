@@ -182,9 +182,7 @@ def rss_mb(pid: int | str = "self") -> dict[str, float]:
     return out
 
 
-def run_rss(
-    args: argparse.Namespace, rounds: int = 3, config: str | None = None, src: str | None = None
-) -> dict[str, Any]:
+def run_rss(args: argparse.Namespace, rounds: int = 3, src: str | None = None) -> dict[str, Any]:
     """A serving Router on the django@3.0 snapshot, asked the swebench django issues and 20 questions
     about its own definitions ``rounds`` times, in a child process of its own (this one holds the
     whole suite in memory)."""
@@ -205,7 +203,7 @@ def run_rss(
     questions.write_text(json.dumps(asked))
     del suite
     before = load()
-    config = config or args.large_config
+    config = args.large_config
     argv = [sys.executable, __file__, "rss-child", "--large-config", config, "--runs", args.runs]
     argv += ["--child", json.dumps([str(sw.project_dir), str(sw.data_dir), str(questions), rounds])]
     env = {**os.environ, "PYTHONPATH": src} if src else None
