@@ -67,7 +67,7 @@ def screen(
     scan_text = adapter not in TRUSTED_CONTENT
     # an expert returns many regions of one file, and a request's experts the same files
     reasons: dict[tuple[str, str], str | None] = {} if memo is None else memo
-    dirs: dict[str, str] = {}  # folders' real paths, for this batch
+    dirs: dict[str, str | None] = {}  # folders' real paths, for this batch
     for e in items:
         if cached_only and (e.kind == "commit" or scan_text):
             raise NotJudged(e.path)
@@ -99,7 +99,7 @@ def _file_reason(
     policy: SecretsPolicy,
     data_dir: Path | None,
     cached_only: bool = False,
-    dirs: dict[str, str] | None = None,
+    dirs: dict[str, str | None] | None = None,
 ) -> str | None:
     """Why the file ``rel`` of ``project`` may not be served (``outside-project`` | ``secret``), or None."""
     if project is None or not rel:

@@ -236,28 +236,52 @@ def _is_link(path: str) -> bool:
         return False  # missing: realpath (non-strict) would keep the name as it is
 
 
-def contained(root: Path, rel: str, *, dirs: dict[str, str] | None = None) -> Path | None:
+def _real(path: str) -> str | None:
+    """``realpath`` that refuses what it cannot resolve. A non-strict ``realpath`` gives up at a
+    symlink loop and keeps the rest of the path as written, so ``loop/../link_to_outside`` came
+    back as a path *inside* the project with the link unresolved (found by the property test in
+    tests/test_containment.py). Loops are refused; a missing component is fine (nothing below it
+    can be a link) unless a ``..`` after it climbs back onto text nobody resolved."""
+    try:
+        return os.path.realpath(path, strict=True)
+    except (FileNotFoundError, NotADirectoryError):  # rare: a file that is gone, a stale item
+        parts = path.split(os.sep)
+        for i in range(2, len(parts) + 1):
+            if not os.path.lexists(os.sep.join(parts[:i])):
+                return None if ".." in parts[i:] else os.path.realpath(path)
+        return os.path.realpath(path)  # it appeared meanwhile
+    except OSError:  # ELOOP, EACCES: not a path we can vouch for
+        return None
+
+
+def contained(root: Path, rel: str, *, dirs: dict[str, str | None] | None = None) -> Path | None:
     """The real path of ``rel`` under ``root`` (symlinks resolved), or None when it lands outside ``root``.
 
-    The one containment check: a symlink to a file or folder outside the project, ``..`` or an
-    absolute path all resolve outside and are refused, whatever the path text looks like.
-    ``dirs`` remembers folders' real paths for a batch of checks (the screen of one request):
-    ``realpath(dir/name) == realpath(realpath(dir)/name)``, so only the file's own name is
-    resolved again.
+    The one containment check: a symlink to a file or folder outside the project, ``..``, an
+    absolute path or a symlink loop all resolve outside (or not at all) and are refused, whatever
+    the path text looks like. ``dirs`` remembers folders' real paths for a batch of checks (the
+    screen of one request): ``realpath(dir/name) == realpath(realpath(dir)/name)``, so only the
+    file's own name is resolved again.
     """
     # strings, not pathlib: every item of every expert passes here (engine.screen)
     if dirs is None:
-        base = os.path.realpath(root)
-        full = os.path.realpath(os.path.join(base, rel))
+        base = _real(str(root))
+        full = None if base is None else _real(os.path.join(base, rel))
     else:
-        base = dirs.get(str(root)) or dirs.setdefault(str(root), os.path.realpath(root))
+        base = dirs[str(root)] if str(root) in dirs else dirs.setdefault(str(root), _real(str(root)))
+        if base is None:
+            return None
         parent, name = os.path.split(os.path.join(base, rel))
-        real_parent = dirs.get(parent) or dirs.setdefault(parent, os.path.realpath(parent))
+        real_parent = dirs[parent] if parent in dirs else dirs.setdefault(parent, _real(parent))
+        if real_parent is None:
+            return None
         full = os.path.join(real_parent, name)
         # the parent is real already: only the name itself can be a link (one lstat, not one per
         # component); ".", ".." and links go through realpath
         if name in ("", ".", "..") or _is_link(full):
-            full = os.path.realpath(full)
+            full = _real(full)
+    if full is None or base is None:
+        return None
     inside = full == base or full.startswith(base if base.endswith(os.sep) else base + os.sep)
     return Path(full) if inside else None
 
