@@ -63,6 +63,16 @@ def _pinned(response: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def deadlines_from_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deadlines that follow recent latency (engine/deadlines.py) would cut an expert at ~100 ms
+    once this process has seen it answer fast; on a loaded CI machine ripgrep then came back
+    partial, the typed-symbol early exit did not fire and the answer changed. Pinned answers pin
+    fusion: every expert gets its (raised) timeout."""
+    monkeypatch.setattr("engine.deadlines.MIN_ADAPTIVE_MS", 1e9)
+    monkeypatch.setattr("engine.deadlines.MIN_FOLLOW_MS", 1e9)
+
+
 @pytest.fixture(scope="module")
 def all_indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from ..conftest import ALPHA, BETA, ROOT, git, make_repo
