@@ -66,17 +66,29 @@ def cluster_items(ranked: Mapping[str, Sequence[ScoredItem]]) -> list[Cluster]:
     for expert in sorted(ranked):
         for scored in ranked[expert]:
             e = scored.evidence
-            key = (e.project, e.path if e.kind != "commit" else e.identity(), e.kind == "commit")
-            target = next((c for c in by_file.get(key, []) if c.overlaps(e)), None)
+            commit = e.kind == "commit"
+            key = (e.project, e.identity() if commit else e.path, commit)
+            same_file = by_file.get(key)
+            target = None
+            if same_file is not None:
+                for c in same_file:  # a loop, not next(genexpr): this runs for every item of every expert
+                    if c.overlaps(e):
+                        target = c
+                        break
+            else:
+                same_file = by_file[key] = []
             if target is None:
                 target = Cluster(e.project, e.path, e.kind, e.start_line, e.end_line)
-                by_file.setdefault(key, []).append(target)
+                same_file.append(target)
                 clusters.append(target)
             prev = target.best.get(expert)
             if prev is None or scored.rank < prev.rank:
                 target.best[expert] = scored
-            if e.kind != "commit":
-                target.start, target.end = min(target.start, e.start_line), max(target.end, e.end_line)
+            if not commit:
+                if e.start_line < target.start:
+                    target.start = e.start_line
+                if e.end_line > target.end:
+                    target.end = e.end_line
     return clusters
 
 
@@ -85,8 +97,11 @@ def weighted_rrf(clusters: list[Cluster], weights: Mapping[str, float], k: int) 
         c.score = sum(weights.get(ex, 0.0) / (k + s.rank) for ex, s in c.best.items())
 
 
-def tier_and_nuance(c: Cluster, classes: Mapping[str, str]) -> tuple[str, str]:
-    experts = c.experts_by_rank()
+def tier_and_nuance(c: Cluster, classes: Mapping[str, str], experts: Sequence[str] | None = None) -> tuple[str, str]:
+    """The provenance tier and its one-line nuance. ``experts``: :meth:`Cluster.experts_by_rank`,
+    when the caller has it already."""
+    if experts is None:
+        experts = c.experts_by_rank()
     pcs = [classes[ex] for ex in experts]
     flags = {f for s in c.best.values() for f in s.flags}
     named = ", ".join(f"{ex} (#{c.best[ex].rank})" for ex in experts)
@@ -123,15 +138,17 @@ def file_prior(c: Cluster, klass: str | None, fusion: FusionSpec) -> float:
 
 def representative(c: Cluster, weights: Mapping[str, float], k: int) -> ScoredItem:
     """The single strongest contribution to a cluster; ties → the more precise (shorter) range."""
-    rep_expert = min(
-        c.best,
-        key=lambda ex: (
-            -weights.get(ex, 0.0) / (k + c.best[ex].rank),
-            c.best[ex].evidence.end_line - c.best[ex].evidence.start_line,
-            ex,
-        ),
-    )
-    return c.best[rep_expert]
+    if len(c.best) == 1:  # most places: one expert found them
+        return next(iter(c.best.values()))
+    best: tuple[float, int, str] | None = None
+    rep: ScoredItem | None = None
+    for ex, s in c.best.items():
+        e = s.evidence
+        key = (-weights.get(ex, 0.0) / (k + s.rank), e.end_line - e.start_line, ex)
+        if best is None or key < best:
+            best, rep = key, s
+    assert rep is not None  # a cluster holds at least one item
+    return rep
 
 
 def cluster_to_item(
@@ -142,14 +159,18 @@ def cluster_to_item(
     snippet_chars: int,
     prior: float,
     rank: int = 0,
+    rep: ScoredItem | None = None,
 ) -> AnswerItem:
-    rep = representative(c, weights, k)
-    tier, nuance = tier_and_nuance(c, classes)
-    by_rank = sorted(c.best.values(), key=lambda s: s.rank)
+    """The answer item of a kept place (``rep``: its :func:`representative`, when known)."""
+    if rep is None:
+        rep = representative(c, weights, k)
+    experts = c.experts_by_rank()
+    tier, nuance = tier_and_nuance(c, classes, experts)
+    by_rank = [c.best[ex] for ex in experts]  # by rank; ties in name order, as the experts were visited
     symbol = rep.evidence.symbol or next((s.evidence.symbol for s in by_rank if s.evidence.symbol), None)
     sources = [
-        Source(ex, c.best[ex].rank, round(float(c.best[ex].evidence.score), 4), *_lines(c.best[ex].evidence))
-        for ex in c.experts_by_rank()
+        Source(ex, s.rank, round(float(s.evidence.score), 4), s.evidence.start_line, s.evidence.end_line)
+        for ex, s in zip(experts, by_rank, strict=True)
     ]
     sub = dict(rep.subscores)
     sub["rrf"] = round(c.score, 6)
@@ -161,17 +182,13 @@ def cluster_to_item(
         rank=rank,
         score=round(c.score * prior, 6),
         subscores=sub,
-        flags=sorted({f for s in c.best.values() for f in s.flags}),
+        flags=sorted({f for s in by_rank for f in s.flags}),
         snippet_chars=snippet_chars,
         symbol=symbol,
         sources=sources,
         tier=tier,
         nuance=nuance,
     )
-
-
-def _lines(e: Evidence) -> tuple[int, int]:
-    return e.start_line, e.end_line
 
 
 def confidence(items: Sequence[AnswerItem], weights: Mapping[str, float], k: int, low_below: float) -> Confidence:
@@ -209,17 +226,21 @@ def fuse(
     ranked = []
     for c in clusters:
         prior = file_prior(c, klass, fusion)
-        e = representative(c, weights, k).evidence
-        ranked.append(((-round(c.score * prior, 6), e.project, e.path, e.start_line), c, prior, e))
+        rep = representative(c, weights, k)
+        e = rep.evidence
+        ranked.append(((-round(c.score * prior, 6), e.project, e.path, e.start_line), c, prior, rep))
     ranked.sort(key=lambda t: t[0])
     per_file: dict[tuple[str, str], int] = {}
     kept: list[AnswerItem] = []
-    for _, c, prior, e in ranked:
+    cap = fusion.per_file_cap
+    for _, c, prior, rep in ranked:
+        e = rep.evidence
         key = (e.project, e.path if e.kind != "commit" else item_id(e))
-        if per_file.get(key, 0) >= fusion.per_file_cap:
+        seen = per_file.get(key, 0)
+        if seen >= cap:
             continue
-        per_file[key] = per_file.get(key, 0) + 1
-        kept.append(cluster_to_item(c, weights, k, classes, fusion.snippet_chars, prior, rank=len(kept) + 1))
+        per_file[key] = seen + 1
+        kept.append(cluster_to_item(c, weights, k, classes, fusion.snippet_chars, prior, len(kept) + 1, rep))
         if len(kept) >= limit:
             break
     return Fused(tuple(kept), confidence(kept, weights, k, fusion.low_confidence_below))

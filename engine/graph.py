@@ -37,6 +37,12 @@ class PipelineGraph:
         """Each node's ``after:`` nodes."""
         return {n: tuple(self.graph.predecessors(n)) for n in self.graph.nodes}
 
+    @cached_property
+    def successors(self) -> dict[str, tuple[str, ...]]:
+        """The nodes that name each node in their ``after:``, in :meth:`order`."""
+        rank = {n: i for i, n in enumerate(self._order)}
+        return {n: tuple(sorted(self.graph.successors(n), key=rank.__getitem__)) for n in self.graph.nodes}
+
 
 def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
     g = nx.DiGraph()

@@ -88,6 +88,28 @@ class AnswerItem:
     tier: str | None = None
     nuance: str | None = None
 
+    def ranked(self, rank: int, score: float | None = None, subscores: Mapping[str, float] | None = None) -> AnswerItem:
+        """This item at another rank (and score, sub-scores): ``dataclasses.replace`` without its
+        per-call field introspection (rerank re-ranks 30 items per answer)."""
+        return AnswerItem(
+            self.id,
+            rank,
+            self.path,
+            self.project,
+            self.start_line,
+            self.end_line,
+            self.kind,
+            self.content,
+            self.score if score is None else score,
+            self.subscores if subscores is None else subscores,
+            self.flags,
+            self.symbol,
+            self.meta,
+            self.sources,
+            self.tier,
+            self.nuance,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id,

@@ -23,7 +23,8 @@ Each receipt also carries, inside the signed body, its place in its writer's cha
 so deleting, reordering or replacing a receipt breaks the chain of its writer
 (``prev == hashlib.sha256(canonical(predecessor)).hexdigest()``, canonical as above with the
 signature included). :class:`ReceiptLog` is the one way receipts are made: sign, chain and
-store in one atomic step per process.
+store in one atomic step per process (written before the answer, fsync'ed right after it by
+``Router.flush``: :meth:`~engine.store.port.Store.make_durable`).
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def verify_pinned(receipt: Mapping[str, Any], pinned: Collection[str]) -> str | 
 
 
 class ReceiptLog:
-    """Signs, chains and durably stores receipts: :meth:`append` is the only way one is made.
+    """Signs, chains and stores receipts: :meth:`append` is the only way one is made.
 
     One chain per log instance and process (a forked child starts its own). The lock makes
     sign + chain + store one step for concurrent requests of one server; a receipt that could
@@ -132,6 +133,7 @@ class ReceiptLog:
         self._writer = ""
         self._seq = 0
         self._prev: str | None = None
+        self._unhashed: dict[str, Any] | None = None  # the last receipt, until :meth:`settle` hashes it
 
     def signing_key(self) -> SigningKey:
         """The key this log signs with (loaded once; created only in a fresh data dir).
@@ -150,14 +152,16 @@ class ReceiptLog:
         return self._key
 
     def append(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Chain, sign and durably store one receipt body; return the signed receipt.
+        """Chain, sign and store one receipt body; return the signed receipt.
 
         Raises:
-            ReceiptError: no usable key, or the receipt could not be made durable.
+            ReceiptError: no usable key, or the receipt could not be written.
         """
         with self._lock:
             if self._pid != os.getpid():
                 self._pid, self._writer, self._seq, self._prev = os.getpid(), secrets.token_hex(16), 0, None
+                self._unhashed = None
+            self._settle()
             unsigned = {k: v for k, v in body.items() if k not in ("signature", "public_key")}
             unsigned["chain"] = {"writer": self._writer, "seq": self._seq, "prev": self._prev}
             receipt = sign(unsigned, self.signing_key())
@@ -166,6 +170,17 @@ class ReceiptLog:
             except StoreError as exc:
                 raise ReceiptError(f"receipt could not be stored: {exc.message}") from exc
             self._seq += 1
-            # receipt_hash(receipt), from the same fast canonical form the signature used
-            self._prev = hashlib.sha256(canonical_bytes(receipt)).hexdigest()
+            self._unhashed = receipt  # its hash is the next receipt's `prev`: made by settle(), after the answer
             return receipt
+
+    def settle(self) -> None:
+        """Hash the last receipt for the next one's ``prev`` now (``Router.flush``, after the answer)
+        rather than on the next request's path; :meth:`append` does it itself if nobody did."""
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._unhashed is not None:
+            # receipt_hash(receipt), from the same fast canonical form the signature used
+            self._prev = hashlib.sha256(canonical_bytes(self._unhashed)).hexdigest()
+            self._unhashed = None

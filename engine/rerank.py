@@ -140,36 +140,53 @@ def path_words(path: str, words: frozenset[str]) -> float:
     return len(toks & words) / len(toks) if toks else 0.0
 
 
-def _is_definition(item: AnswerItem) -> bool:
-    return item.meta.get("role") == "definition" or item.meta.get("definition") is True
-
-
 def features(item: AnswerItem, position: int, best_score: float, q: QuestionSignals) -> dict[str, float]:
-    """The item's features (only the non-zero ones)."""
-    hay = f"{item.path} {item.symbol or ''} {item.content}".lower()
-    found = sum(1 for i in q.identifiers if i in hay)
-    symbol = (item.symbol or "").split(".")[-1].lower()
+    """The item's features (only the non-zero ones; fractions rounded to 4 places). Straight-line
+    code, not a dict comprehension over every feature: it runs for the top 30 items of every
+    answer, after the slowest expert (issue 10)."""
+    out: dict[str, float] = {}
+    rrf = item.score / best_score if best_score > 0 else 0.0
+    if rrf:
+        out["rrf"] = round(rrf, 4)
+    out["pos"] = round(1.0 / position, 4)
+    if item.sources:
+        out["agree"] = min(len(item.sources), 4) / 4
+    meta = item.meta
+    definition = meta.get("role") == "definition" or meta.get("definition") is True
+    if q.identifiers:
+        hay = f"{item.path} {item.symbol or ''} {item.content}".lower()
+        found = sum(1 for i in q.identifiers if i in hay)
+        if found:
+            out["ident"] = round(found / len(q.identifiers), 4)
+        if definition and (item.symbol or "").split(".")[-1].lower() in q.identifiers:
+            out["ident_def"] = 1.0
+    if q.mentions:
+        mention = path_mention(item.path, q.mentions)
+        if mention:
+            out["path_mention"] = mention
+    words = path_words(item.path, q.words)
+    if words:
+        out["path_words"] = round(words, 4)
     test, doc, packaging = file_kinds(item.path)
-    out: dict[str, float] = {
-        "rrf": item.score / best_score if best_score > 0 else 0.0,
-        "pos": 1.0 / position,
-        "agree": min(len(item.sources), 4) / 4,
-        "ident": found / len(q.identifiers) if q.identifiers else 0.0,
-        "ident_def": float(_is_definition(item) and symbol in q.identifiers),
-        "path_mention": path_mention(item.path, q.mentions) if q.mentions else 0.0,
-        "path_words": path_words(item.path, q.words),
-        "test": test,
-        "doc": doc,
-        "packaging": packaging,
-        "definition": float(_is_definition(item)),
-        "reference": float(item.meta.get("role") == "reference"),
-        "semantic_only": float(item.tier == "semantic-only"),
-        "project_named": float(item.project in q.projects),
-        "project_excluded": float(item.project in q.excluded),
-    }
+    if test:
+        out["test"] = test
+    if doc:
+        out["doc"] = doc
+    if packaging:
+        out["packaging"] = packaging
+    if definition:
+        out["definition"] = 1.0
+    if meta.get("role") == "reference":
+        out["reference"] = 1.0
+    if item.tier == "semantic-only":
+        out["semantic_only"] = 1.0
+    if item.project in q.projects:
+        out["project_named"] = 1.0
+    if item.project in q.excluded:
+        out["project_excluded"] = 1.0
     for s in item.sources:
-        out[SOURCE_PREFIX + s.expert] = 1.0 / s.rank
-    return {k: round(v, 4) for k, v in out.items() if v}
+        out[SOURCE_PREFIX + s.expert] = round(1.0 / s.rank, 4)
+    return out
 
 
 def score(feats: Mapping[str, float], weights: Mapping[str, float]) -> float:
@@ -178,3 +195,18 @@ def score(feats: Mapping[str, float], weights: Mapping[str, float]) -> float:
 
 def known_feature(name: str) -> bool:
     return name in FEATURES or (name.startswith(SOURCE_PREFIX) and len(name) > len(SOURCE_PREFIX))
+
+
+def rerank(cands: Sequence[AnswerItem], q: QuestionSignals, weights: Mapping[str, float]) -> list[AnswerItem]:
+    """``cands`` (fused order) ordered by the linear score of their features, ranks from 1; each
+    item's features go into its sub-scores as ``rr.<feature>`` and its new score as ``rerank``."""
+    best = max(it.score for it in cands)
+    rows = []
+    for pos, it in enumerate(cands, start=1):
+        f = features(it, pos, best, q)
+        rows.append((round(score(f, weights), 6), pos, it, f))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    return [
+        it.ranked(n, s, {**it.subscores, **{"rr." + k: v for k, v in f.items()}, "rerank": s})
+        for n, (s, _, it, f) in enumerate(rows, start=1)
+    ]

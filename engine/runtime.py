@@ -7,7 +7,8 @@ signing key. It hands each run to the scheduler and is, to the nodes, the
 signing, chaining and storing the receipt through the receipt log) — the only place nodes reach
 the store. Work that can happen after the answer (benchmark events, cache rows, DuckDB
 ingestion) is queued and done by :meth:`Router.flush`, which surfaces call once the answer is
-out; a damaged store is logged there, never raised (the receipt is already durable in the spool).
+out; a damaged store is logged there, never raised (the receipt is already in the spool). The receipt
+is written before the answer and fsync'ed by :meth:`Router.flush`, after it.
 
 Every request gets a receipt: a request that fails validation (empty, wrong types, undecodable
 text) is answered with ``invalid_request`` and a receipt whose request is the escaped input.
@@ -233,7 +234,8 @@ class Router:
                 self._after.append(learn)
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
-        """Sign, chain and durably store one receipt body: the one place a receipt reaches the store."""
+        """Sign, chain and store one receipt body (durable at the next :meth:`flush`): the one place
+        a receipt reaches the store."""
         try:
             return self.receipt_log.append(receipt)
         except EngineError:
@@ -434,9 +436,14 @@ class Router:
             ]
 
     def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
-        """Off-the-hot-path work: record events and cache rows, then let the store ingest them.
-        A damaged store is logged, never raised: the answer is out and its receipt is durable in
-        the spool (``engine doctor`` says how to repair)."""
+        """Off-the-hot-path work: make the receipts durable (the spool's ``fsync``), record events
+        and cache rows, then let the store ingest them. A damaged store is logged, never raised:
+        the answer is out and its receipt is in the spool (``engine doctor`` says how to repair)."""
+        self.receipt_log.settle()  # the chain hash of the last receipt, for the next one
+        try:
+            self.store.make_durable()
+        except StoreError as exc:
+            log.warning("store: %s", exc.message)
         with self._after_lock:
             pending, self._after = self._after, []
         self._flushes += 1
@@ -463,7 +470,16 @@ class Router:
             self.flywheel.load()  # what the answers asked for and memory lacked: stored hints, arms
         except StoreError as exc:
             log.warning("store: %s", exc.message)
+        if self._loaded is not None:  # the screen's new secrets verdicts (no-op when none)
+            try:
+                policy_for(self.workspace.data_dir, self._loaded.config.raw_experts).save()
+            except OSError as exc:
+                log.warning("secrets verdict cache not saved: %s", exc)
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+        try:
+            self.store.make_durable()  # a caller that never flushed still leaves durable receipts
+        except StoreError as exc:
+            log.warning("store: %s", exc.message)
         self.store.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
+import orjson
 
 from .errors import GraphError, InvalidRequest, SchemaError, SpecError
 from .types import Budget, Request, Scope, canonical_json, sha256_hex
@@ -379,7 +380,7 @@ def parse_request(data: Any) -> Request:
         raise InvalidRequest(
             f"{bad}: not valid Unicode text (undecodable bytes or a lone surrogate; receipted escaped)", field=bad
         )
-    errors = sorted(_validator("request").iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = _request_errors(data)
     if errors:
         err = errors[0]
         path = list(err.absolute_path)
@@ -402,6 +403,42 @@ def parse_request(data: Any) -> Request:
         format=data.get("format", "json"),
         session_id=data.get("session_id"),
         no_cache=data.get("no_cache", False),
+    )
+
+
+#: request shapes (every field but the question, canonical JSON) that passed the schema: a client
+#: sends the same fields with a new question each time, and the full check costs ~0.12 ms
+_VALID_SHAPES: dict[bytes, None] = {}
+_VALID_SHAPES_MAX = 1024
+
+
+def _request_errors(data: dict[str, Any]) -> list[jsonschema.ValidationError]:
+    """The request schema's errors, first field first. The schema relates no field to another, so a
+    question that meets its own rules in a shape seen valid before makes a valid request."""
+    if _question_ok(data.get("question")):
+        try:
+            shape: bytes | None = orjson.dumps({**data, "question": ""}, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # a value JSON has no exact twin for (a huge int, a non-string key)
+            shape = None
+        if shape in _VALID_SHAPES:
+            return []
+    else:
+        shape = None
+    errors = sorted(_validator("request").iter_errors(data), key=lambda e: list(e.absolute_path))
+    if not errors and shape is not None:
+        if len(_VALID_SHAPES) >= _VALID_SHAPES_MAX:
+            _VALID_SHAPES.clear()
+        _VALID_SHAPES[shape] = None
+    return errors
+
+
+def _question_ok(question: Any) -> bool:
+    """The request schema's own rules for ``question`` (type, lengths in code points, pattern)."""
+    rules = load_schema("request")["properties"]["question"]
+    return (
+        isinstance(question, str)
+        and rules.get("minLength", 0) <= len(question) <= rules.get("maxLength", len(question))
+        and re.search(rules.get("pattern", ""), question) is not None
     )
 
 

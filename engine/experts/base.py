@@ -48,11 +48,13 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -300,61 +302,106 @@ async def run_process(
     return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
 
 
-class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol plus an event set when the process exits: ``Process.wait`` would
-    also wait for the pipes, which a descendant holding them keeps open (the sweep needs the exit)."""
-
-    def __init__(self) -> None:
-        super().__init__(limit=CHUNK, loop=asyncio.get_running_loop())
-        self.exited = asyncio.Event()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        self.exited.set()
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when ``pid`` exits (Linux >= 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 @dataclass(slots=True)
 class _Child:
-    """A child process in a process group of its own, spawned on the event loop.
+    """A child process in a process group of its own, its pipes and its exit watched by the event loop.
 
-    asyncio directly (the engine runs on anyio's asyncio backend) because anyio can only ask for a
-    new *session*, and the child's ``setsid`` put a 15 ms stall on the event loop on about one
-    spawn in ten here (p90 15.6 ms against 0.75 ms with ``process_group=0``; ADR 0012).
+    ``subprocess.Popen`` spawns it (vfork) in a worker thread and a pidfd in the event loop reports
+    its exit. asyncio's own ``subprocess_exec`` spawns on the loop and waits for each child in a
+    new thread whose start it waits for; with the other experts' threads busy on a 2-core machine
+    that held the loop 2-10 ms per spawn (ADR 0012's update). Without pidfd (not Linux, or a kernel
+    before 5.3) a worker thread reaps the child. Not ``anyio.open_process``: it can only ask for a
+    new *session*, and the child's ``setsid`` stalled the loop 15 ms on one spawn in ten.
     """
 
     pid: int
     stdout: asyncio.StreamReader
     stderr: asyncio.StreamReader
-    _transport: asyncio.SubprocessTransport
-    _protocol: _ChildProtocol
+    _popen: subprocess.Popen[bytes]
+    _transports: list[asyncio.BaseTransport]
+    _exited: asyncio.Event
+    _pidfd: int | None
 
     @classmethod
     async def start(cls, argv: Sequence[str], *, cwd: Path | None, env: dict[str, str]) -> _Child:
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.subprocess_exec(
-            _ChildProtocol,
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            process_group=0,
-        )
-        assert protocol.stdout is not None and protocol.stderr is not None  # both are pipes
-        return cls(transport.get_pid(), protocol.stdout, protocol.stderr, transport, protocol)
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                process_group=0,
+                bufsize=0,
+            )
+
+        # in a worker thread (the GIL is released while vfork waits for the child's exec): on a
+        # busy 2-core machine the child waits ms for a CPU, and the loop must not wait with it.
+        # Shielded: a process started as the deadline came is closed below, never leaked
+        with anyio.CancelScope(shield=True):
+            popen = await anyio.to_thread.run_sync(spawn)
+        exited = asyncio.Event()
+        pidfd = _pidfd(popen.pid)
+        child = cls(popen.pid, *_readers(loop), popen, [], exited, pidfd)
+        if pidfd is not None:
+            loop.add_reader(pidfd, child._reap)
+        try:
+            for pipe, reader in ((popen.stdout, child.stdout), (popen.stderr, child.stderr)):
+                transport, _ = await loop.connect_read_pipe(partial(asyncio.StreamReaderProtocol, reader), pipe)
+                child._transports.append(transport)
+        except BaseException:
+            child.close()
+            raise
+        return child
+
+    def _reap(self) -> None:
+        """The pidfd is readable: the child has exited. Reap it (no zombie) and wake the waiters."""
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._popen.wait()  # returns at once: the process is gone
+        self._exited.set()
 
     @property
     def returncode(self) -> int | None:
-        return self._transport.get_returncode()
+        return self._popen.returncode
 
     async def wait(self) -> int | None:
-        await self._protocol.exited.wait()
+        if self._pidfd is None and not self._exited.is_set():
+            await anyio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+            self._exited.set()
+        await self._exited.wait()
         return self.returncode
 
     def close(self) -> None:
-        """Close the pipes and the transport (SIGKILL if it still runs): nothing left for the GC."""
-        self._transport.close()
+        """Close the pipes; a child still running is SIGKILLed and reaped when it goes."""
+        for t in self._transports:
+            t.close()  # closes its pipe
+        for pipe in (self._popen.stdout, self._popen.stderr)[len(self._transports) :]:
+            if pipe is not None:  # never handed to a transport (start failed half-way)
+                pipe.close()
+        if self._popen.poll() is None:
+            proctree.kill_group(self.pid)
+            if self._pidfd is None:  # no pidfd: a worker thread reaps it
+                asyncio.get_running_loop().run_in_executor(None, self._popen.wait)
+        elif self._pidfd is not None:
+            self._reap()
+
+
+def _readers(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.StreamReader, asyncio.StreamReader]:
+    return asyncio.StreamReader(limit=CHUNK, loop=loop), asyncio.StreamReader(limit=CHUNK, loop=loop)
 
 
 async def _kill_tree(proc: _Child, tag: str) -> None:

@@ -13,9 +13,7 @@ Settings: ``weights`` (required: a weight set of priors.yaml ``rerank``), ``top`
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..rerank import QuestionSignals, features, known_feature, score
+from ..rerank import QuestionSignals, known_feature, rerank
 from ..spec import ConfigSet, PipelineSpec
 from .base import Node, RunState, node_kind
 from .fuse import calibrated
@@ -50,20 +48,7 @@ class RerankNode(Node):
         top = int(self.settings.get("top", 30))
         cands, rest = state.fused[:top], state.fused[top:]
         q = QuestionSignals.of(state.request.question, c.features, [p.name for p in state.workspace.projects])
-        best = max(it.score for it in cands)
-        rows = []
-        for pos, it in enumerate(cands, start=1):
-            f = features(it, pos, best, q)
-            rows.append((round(score(f, weights), 6), pos, it, f))
-        rows.sort(key=lambda r: (-r[0], r[1]))
-        out = [
-            replace(
-                it, rank=n, score=s, subscores={**it.subscores, **{f"rr.{k}": v for k, v in f.items()}, "rerank": s}
-            )
-            for n, (s, _, it, f) in enumerate(rows, start=1)
-        ]
-        out += [replace(it, rank=len(out) + n) for n, it in enumerate(rest, start=1)]
-        state.fused = out
+        state.fused = rerank(cands, q, weights) + [it.ranked(len(cands) + n) for n, it in enumerate(rest, 1)]
         state.fusion_info["rerank"] = {"weights": name, "top": top}
         state.confidence = (
             calibrated(state, int(state.fusion_info.get("k", state.config.priors.fusion.k))) or state.confidence

@@ -26,26 +26,31 @@ class ScoreNode(Node):
 
     async def run(self, state: RunState) -> None:
         scope = state.request.scope
+        filtered = bool(scope.path or scope.language)
         for name, outcome in sorted(state.outcomes.items()):
             if name in state.scored:
                 continue
             spec = state.config.experts[outcome.expert]  # a lane's key names its expert
-            items = [e for e in outcome.items if e.kind == "commit" or not e.path or in_scope(e.path, scope)]
+            items = outcome.items
+            if filtered:
+                items = [e for e in items if e.kind == "commit" or not e.path or in_scope(e.path, scope)]
             best = max((e.score for e in items), default=0.0)
+            precision = PRECISION[spec.precision_class].score
+            knows_freshness = spec.freshness in ("live", "index")
             scored: list[ScoredItem] = []
             for rank, e in enumerate(items, start=1):
                 sub: dict[str, float] = {
                     "native": round(e.score / best, 4) if best > 0 else 0.0,
-                    "precision": PRECISION[spec.precision_class].score,
+                    "precision": precision,
                     "scope": 1.0,
                 }
-                flags = list(e.flags)
+                flags = e.flags if type(e.flags) is tuple else tuple(e.flags)
                 if "file-changed-since-indexed" in flags:
                     sub["freshness"] = 0.0
-                elif spec.freshness in ("live", "index"):
+                elif knows_freshness:
                     sub["freshness"] = 1.0
                 else:
-                    flags.append("freshness-unknown")
-                scored.append(ScoredItem(e, rank, sub, tuple(flags)))
+                    flags = (*flags, "freshness-unknown")
+                scored.append(ScoredItem(e, rank, sub, flags))
             state.scored[name] = scored
         return None

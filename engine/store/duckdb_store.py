@@ -60,6 +60,11 @@ class DuckDBStore(SqlReads, RowWrites):
         self._spool = SpoolWriter(self.spool_dir, before_create=lambda: ensure_data_dir(data_dir))
 
     # ------------------------------------------------------------------ write path
+    sync_receipts = False  # written before the answer, fsync'ed after it (make_durable)
+
+    def make_durable(self) -> None:
+        self._spool.fsync()
+
     def _append(self, table: str, rows: Iterable[dict[str, Any]], *, durable: bool) -> None:
         self._spool.append((encode(table, r) for r in rows), durable=durable)
 
@@ -116,7 +121,8 @@ class DuckDBStore(SqlReads, RowWrites):
 
     # ------------------------------------------------------------------ ingest
     def sync(self, timeout_s: float = 30.0) -> int:
-        self._spool.fsync()
+        with contextlib.suppress(StoreError):  # a read goes on; Router.flush reports make_durable's failure
+            self._spool.fsync()
         if not self.holds_data():  # nothing to ingest: a read must not create an empty store
             return 0
         with self._locked(True, timeout_s) as got:
@@ -234,6 +240,8 @@ class DuckDBStore(SqlReads, RowWrites):
             return ingest.rebuild(self.db_path, self.spool_dir, self.log_dir, self._connect, self._private)
 
     def close(self) -> None:
+        with contextlib.suppress(StoreError):  # Router.flush/aclose report it; a bare close still tries
+            self._spool.fsync()
         self._spool.close()
 
 

@@ -95,6 +95,9 @@ class MemoryStore:
         }
         target.setdefault(getattr(record, key[table]), record)
 
+    def make_durable(self) -> None:
+        """Nothing to flush: memory is as durable as it gets."""
+
     def put_receipt(self, receipt: Mapping[str, Any]) -> None:
         self._write("receipts", copy.deepcopy(dict(receipt)))
 

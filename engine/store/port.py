@@ -6,9 +6,11 @@ Implementations: :class:`~engine.store.duckdb_store.DuckDBStore` (the default, D
 
 Promises every backend keeps:
 
-* **Receipts are durable when** :meth:`Store.put_receipt` **returns** and are never changed
-  after: the first copy of a ``receipt_id`` wins. Indexed columns are derived from the signed
-  body (:func:`~engine.store.records.receipt_columns`), never supplied beside it.
+* **Receipts are written when** :meth:`Store.put_receipt` **returns** (a crash of the process
+  loses none) **and durable after** :meth:`Store.make_durable` (surfaces call it once the answer
+  is out), and are never changed after: the first copy of a ``receipt_id`` wins. Indexed columns
+  are derived from the signed body (:func:`~engine.store.records.receipt_columns`), never supplied
+  beside it.
 * **A log of record** (:meth:`Store.logged_receipts`) holds every receipt ever put, apart from
   the queryable tables, so :meth:`Store.repair` can rebuild them without losing or duplicating
   one, and a verifier can compare the two.
@@ -48,10 +50,20 @@ from .records import (
 class Store(Protocol):
     # ------------------------------------------------------------------ receipts
     def put_receipt(self, receipt: Mapping[str, Any]) -> None:
-        """Durably record one signed receipt (fsync'ed or equivalent before returning).
+        """Record one signed receipt: written so that it survives this process before returning,
+        durable against power loss before returning or at the next :meth:`make_durable`.
 
         Raises:
-            StoreError: the receipt could not be made durable (the caller fails the request).
+            StoreError: the receipt could not be written (the caller fails the request).
+        """
+
+    def make_durable(self) -> None:
+        """Make every receipt put so far durable against power loss: called after the answer is
+        out (``Router.flush``), so the ``fsync`` is not on the hot path (DuckDB's spool); a no-op
+        for a backend whose ``put_receipt`` already waits for the disk (PostgreSQL).
+
+        Raises:
+            StoreError: the disk refused.
         """
 
     def get_receipt(self, receipt_id: str) -> dict[str, Any] | None:

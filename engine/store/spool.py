@@ -117,10 +117,19 @@ class SpoolWriter:
                 ) from exc
 
     def fsync(self) -> None:
+        """Make every line appended so far durable.
+
+        Raises:
+            StoreError: the disk refused (the lines stay written, in the page cache).
+        """
         with self._mutex:
             if self._fd >= 0 and self._pid == os.getpid():
-                with contextlib.suppress(OSError):
+                try:
                     os.fsync(self._fd)
+                except OSError as exc:
+                    raise StoreError(
+                        f"cannot fsync the store spool {self.spool_dir}: {exc}", fix="check the disk (dmesg)"
+                    ) from exc
 
     def close(self) -> None:
         with self._mutex:

@@ -11,6 +11,14 @@ from .records import BanditArm, BenchmarkEvent, CacheEntry, ConfigSnapshot, Expe
 
 
 class RowWrites:
+    #: put_receipt waits for the write to reach the disk. DuckDB's spool says False: the line is
+    #: written (in the kernel: it survives the process) before the answer and fsync'ed by
+    #: :meth:`make_durable` right after it (ADR 0007's update, issue 10)
+    sync_receipts = True
+
+    def make_durable(self) -> None:
+        """Make every receipt written so far durable against power loss (no-op when already)."""
+
     def _append(self, table: str, rows: Iterable[dict[str, Any]], *, durable: bool) -> None:
         """Make ``rows`` of ``table`` stored; with ``durable``, crash-safe before returning."""
         raise NotImplementedError
@@ -19,7 +27,7 @@ class RowWrites:
         raise NotImplementedError  # mixed in after the backend's reads (SqlReads), which provide it
 
     def put_receipt(self, receipt: Mapping[str, Any]) -> None:
-        self._append("receipts", [{"body": dict(receipt)}], durable=True)
+        self._append("receipts", [{"body": dict(receipt)}], durable=self.sync_receipts)
 
     def record_events(self, events: Iterable[BenchmarkEvent]) -> None:
         self._append("tool_benchmark_events", [e.to_dict() for e in events], durable=False)
