@@ -79,8 +79,9 @@ _PATH_CACHE = 8192
 
 @lru_cache(maxsize=_PATH_CACHE)
 def is_doc_file(path: str) -> bool:
-    p = PurePosixPath(path)
-    return language_of(path) in DOC_LANGUAGES or p.suffix.lower() == ".txt" or p.parts[:1] == ("docs",)
+    p = PurePosixPath(path)  # parsed once (language_of would parse it again)
+    suffix = p.suffix.lower()
+    return _EXT_TO_LANG.get(suffix) in DOC_LANGUAGES or suffix == ".txt" or p.parts[:1] == ("docs",)
 
 
 _TEST_RE = re.compile(
