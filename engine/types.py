@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +154,9 @@ class Request:
         return out
 
     def hash(self) -> str:
-        """What the answer depends on (format and session are presentation / bookkeeping only)."""
-        d = self.to_dict()
-        for key in ("format", "session_id", "expected_shape"):
-            d.pop(key, None)
-        return sha256_hex(canonical_json(d))
+        """What the answer depends on (format and session are presentation / bookkeeping only).
+        Asked 3-4 times per request (cache key, bandit, receipt, events): made once per request."""
+        return _request_hash(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,3 +267,11 @@ class ExpertOutcome:
         if self.withheld:
             out["withheld"] = dict(sorted(self.withheld.items()))
         return out
+
+
+@lru_cache(maxsize=64)
+def _request_hash(request: Request) -> str:
+    d = request.to_dict()
+    for key in ("format", "session_id", "expected_shape"):
+        d.pop(key, None)
+    return sha256_hex(canonical_json(d))
