@@ -143,8 +143,8 @@ class ReceiptError(EngineError):
 
 
 class StoreError(EngineError):
-    """The store (engine/store) failed. Never costs an answer: receipts are durable in the spool
-    before the store is touched, so surfaces report this after the answer (``engine doctor``)."""
+    """The store (engine/store) failed. Never costs an answer: receipts are in the spool before
+    the store is touched, so surfaces report this after the answer (``engine doctor``)."""
 
     code = "store_error"
 

@@ -96,7 +96,7 @@ class Services(Protocol):
         ...
 
     def store_receipt(self, receipt: dict[str, Any]) -> dict[str, Any]:
-        """Sign ``receipt`` and store it durably; return the signed receipt.
+        """Sign ``receipt`` and store it (written now, fsync'ed after the answer); return the signed receipt.
 
         Raises:
             ReceiptError: it could not be signed or stored (the request then fails: no unlogged path).

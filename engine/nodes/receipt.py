@@ -1,11 +1,12 @@
 """receipt: build the receipt's body, then have it signed and stored (DESIGN §5). A finalizer: it
 runs even after a failure or a cache hit.
 
-This module owns the body (:func:`build_receipt`); signing and durable storage are one call to
-the runtime (:meth:`~engine.nodes.base.Services.store_receipt`), done before the response
-exists. When that fails the request fails with ``receipt_error`` (there is no unlogged path).
-Idempotent per run: a class pipeline dispatched by the router writes it, the router's own
-receipt node then has nothing left to do.
+This module owns the body (:func:`build_receipt`); signing and storage are one call to the
+runtime (:meth:`~engine.nodes.base.Services.store_receipt`), done before the response exists
+(the spool line is written then and fsync'ed after the answer, ADR 0007). When that fails the
+request fails with ``receipt_error`` (there is no unlogged path). Idempotent per run: a class
+pipeline dispatched by the router writes it, the router's own receipt node then has nothing
+left to do.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def returned_items(state: RunState) -> list[dict[str, Any]]:
 
 
 def write_receipt(state: RunState) -> None:
-    """Build, sign and durably store the run's receipt (once per run)."""
+    """Build, sign and store the run's receipt (once per run)."""
     if state.receipt is None:
         state.receipt = state.services.store_receipt(build_receipt(state))
 
