@@ -51,14 +51,13 @@ async def run_graph(pg: PipelineGraph, state: RunState, load: GraphLoader) -> No
     async def run_node(node_id: str) -> None:
         preds = pg.predecessors[node_id]
         node = pg.nodes[node_id]
-        if node.finalizer:
-            pass  # a finalizer always runs: no request goes unlogged
-        elif node_id in skipped or (preds and all(p in skipped for p in preds)):
-            skipped.add(node_id)
-            return
-        elif any(p in failed for p in preds):
-            failed.add(node_id)
-            return
+        if not node.finalizer:  # a finalizer always runs: no request goes unlogged
+            if node_id in skipped or (preds and all(p in skipped for p in preds)):
+                skipped.add(node_id)
+                return
+            if any(p in failed for p in preds):
+                failed.add(node_id)
+                return
         try:
             started = state.services.clock()
             directive = await node.run(state)
