@@ -24,11 +24,11 @@ from typing import Any
 
 from .items import AnswerItem, Confidence, ScoredItem, Source, answer_item, item_id
 from .spec import FusionSpec
-from .types import PRECISION, Evidence
+from .types import PRECISION
 from .workspace import is_doc_file, is_test_file
 
 
-@dataclass
+@dataclass(slots=True)
 class Cluster:
     project: str
     path: str
@@ -38,17 +38,11 @@ class Cluster:
     best: dict[str, ScoredItem] = field(default_factory=dict)  # expert → its best-ranked item here
     score: float = 0.0
 
-    def overlaps(self, e: Evidence) -> bool:
-        if e.kind == "commit" or self.kind == "commit":
-            return e.kind == self.kind and e.identity() == self.rep_identity
-        return e.start_line <= self.end and self.start <= e.end_line
-
-    @property
-    def rep_identity(self) -> str:
-        return next(iter(self.best.values())).evidence.identity()
-
     def experts_by_rank(self) -> list[str]:
-        return sorted(self.best, key=lambda ex: (self.best[ex].rank, ex))
+        best = self.best
+        if len(best) == 1:  # most places: one expert found them
+            return list(best)
+        return sorted(best, key=lambda ex: (best[ex].rank, ex))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +64,16 @@ def cluster_items(ranked: Mapping[str, Sequence[ScoredItem]]) -> list[Cluster]:
             key = (e.project, e.identity() if commit else e.path, commit)
             same_file = by_file.get(key)
             target = None
-            if same_file is not None:
-                for c in same_file:  # a loop, not next(genexpr): this runs for every item of every expert
-                    if c.overlaps(e):
+            if same_file is None:
+                same_file = by_file[key] = []
+            elif commit:  # same key: the same commit
+                target = same_file[0]
+            else:  # Cluster.overlaps, inlined: this runs for every item of every expert
+                lo, hi = e.start_line, e.end_line
+                for c in same_file:
+                    if lo <= c.end and c.start <= hi:
                         target = c
                         break
-            else:
-                same_file = by_file[key] = []
             if target is None:
                 target = Cluster(e.project, e.path, e.kind, e.start_line, e.end_line)
                 same_file.append(target)
@@ -102,18 +99,19 @@ def tier_and_nuance(c: Cluster, classes: Mapping[str, str], experts: Sequence[st
     when the caller has it already."""
     if experts is None:
         experts = c.experts_by_rank()
+    best = c.best
     pcs = [classes[ex] for ex in experts]
-    flags = {f for s in c.best.values() for f in s.flags}
-    named = ", ".join(f"{ex} (#{c.best[ex].rank})" for ex in experts)
-    similarity_only = [PRECISION[pc].similarity_only for pc in pcs]
+    flags = {f for s in best.values() for f in s.flags}
+    named = ", ".join([f"{ex} (#{best[ex].rank})" for ex in experts])
     if "file-changed-since-indexed" in flags:
         return "stale-index", f"Found by {named}, but the file changed since it was indexed: re-read the lines."
-    typed = [ex for ex, pc in zip(experts, pcs, strict=True) if pc == "typed"]
-    if len(typed) >= 2:
+    if pcs.count("typed") >= 2:
+        typed = [ex for ex, pc in zip(experts, pcs, strict=True) if pc == "typed"]
         return "typed-graph-confirmed", f"{len(typed)} typed analyses agree ({', '.join(typed)})."
-    if len(experts) >= 2 and not all(similarity_only):
+    similar_only = all(PRECISION[pc].similarity_only for pc in pcs)
+    if len(experts) >= 2 and not similar_only:
         return "hybrid-confirmed", f"{len(experts)} experts agree: {named}."
-    if all(similarity_only):
+    if similar_only:
         return "semantic-only", f"Only semantic similarity suggests this ({named}): verify before relying on it."
     pc = pcs[0]
     if pc == "docs":

@@ -106,17 +106,44 @@ class QuestionSignals:
 
 def path_mention(path: str, mentions: Sequence[str]) -> float:
     """1.0 when a mention names this file (suffix either way, extension optional), 0.5 for its bare name."""
-    best = 0.0
+    exact, stems, tails, names = _mention_index(tuple(mentions))
     mine_forms, name = _path_forms(path)
+    if path in tails:  # a mention ends with "/" + the path
+        return 1.0
+    for mine in mine_forms:
+        if mine in exact:  # the mention, or the mention without its suffix
+            return 1.0
+        i = mine.find("/")
+        while i >= 0:  # mine ends with "/" + a mention without its suffix
+            if mine[i + 1 :] in stems:
+                return 1.0
+            i = mine.find("/", i + 1)
+    return 0.5 if name in names else 0.0
+
+
+@lru_cache(maxsize=64)
+def _mention_index(
+    mentions: tuple[str, ...],
+) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
+    """A question's mentions as sets, made once per question (not once per item and mention):
+    (each folder mention with and without its suffix, those without, every tail after a "/" of
+    a folder mention, the bare names)."""
+    exact: set[str] = set()
+    stems: set[str] = set()
+    tails: set[str] = set()
+    names: set[str] = set()
     for m in mentions:
         slashed, m_stem = _mention_form(m)
-        if slashed:
-            for mine in mine_forms:
-                if mine in (m, m_stem) or mine.endswith("/" + m_stem) or m.endswith("/" + path):
-                    return 1.0
-        elif name == m:
-            best = 0.5
-    return best
+        if not slashed:
+            names.add(m)
+            continue
+        exact.update((m, m_stem))
+        stems.add(m_stem)
+        i = m.find("/")
+        while i >= 0:
+            tails.add(m[i + 1 :])
+            i = m.find("/", i + 1)
+    return frozenset(exact), frozenset(stems), frozenset(tails), frozenset(names)
 
 
 # cached: a long issue text names dozens of paths and modules, each compared with 30 items; the
@@ -153,6 +180,7 @@ def file_kinds(path: str) -> tuple[float, float, float]:
     return float(is_test_file(path)), float(is_doc_file(path)), float(is_packaging(path))
 
 
+@lru_cache(maxsize=8192)
 def path_words(path: str, words: frozenset[str]) -> float:
     """Share of the words naming the file (its name and parent folder) that the question uses."""
     toks = path_tokens(path)
@@ -225,7 +253,19 @@ def rerank(cands: Sequence[AnswerItem], q: QuestionSignals, weights: Mapping[str
         f = features(it, pos, best, q)
         rows.append((round(score(f, weights), 6), pos, it, f))
     rows.sort(key=lambda r: (-r[0], r[1]))
-    return [
-        it.ranked(n, s, {**it.subscores, **{"rr." + k: v for k, v in f.items()}, "rerank": s})
-        for n, (s, _, it, f) in enumerate(rows, start=1)
-    ]
+    out = []
+    for n, (s, _, it, f) in enumerate(rows, start=1):
+        sub = dict(it.subscores)
+        for k, v in f.items():
+            sub[_RR_KEYS.get(k) or _rr_key(k)] = v
+        sub["rerank"] = s
+        out.append(it.ranked(n, s, sub))
+    return out
+
+
+_RR_KEYS: dict[str, str] = {}  # feature → "rr.<feature>": made once, not per item of every answer
+
+
+def _rr_key(feature: str) -> str:
+    key = _RR_KEYS[feature] = "rr." + feature
+    return key

@@ -54,6 +54,9 @@ from .workspace import Workspace, check_scope_path
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
 MEMO_SIZE = 256
+#: answers whose bookkeeping (events, cache row, flywheel, latency) waits for the next flush; past
+#: this many the next answer does it itself (a caller that never flushes keeps memory bounded)
+PENDING_ANSWERS = 64
 #: flushes after which the heap built so far is collected, frozen out of the cyclic GC and trimmed
 #: (engine/heap.py), and how often it is trimmed besides. A one-shot `engine run` flushes once and
 #: never pays for it.
@@ -124,6 +127,8 @@ class Router:
         #: why the files on disk are not the config serving (a rejected edit); None when they are
         self.reload_error: SpecError | None = None
         self._after: list[BenchmarkEvent | CacheEntry | _NewVersion | Learn] = []
+        # answers out, their bookkeeping not done yet (:meth:`_settle_answers`, under _after_lock)
+        self._answered: list[tuple[RunState, dict[str, Any]]] = []
         self._versions_seen: set[str] = set()  # config versions already queued for a snapshot
         self._after_lock = threading.Lock()  # run() appends on the loop, flush() may drain from a thread
         # answers this process cached itself: a long-lived server skips the DuckDB open (~15-35 ms)
@@ -229,6 +234,7 @@ class Router:
         """
         self.store.put_feedback(feedback)
         with self._after_lock:  # the memo of recent answers is written under it, after each answer
+            self._settle_answers()  # an answer not flushed yet is known to the flywheel first
             learn = self.flywheel.feedback(feedback)
             if learn is not None:
                 self._after.append(learn)
@@ -318,7 +324,10 @@ class Router:
         if state.error is not None:
             response["error"] = state.error.to_dict()
         response["receipt"] = state.receipt
-        self._queue_after(state, response)
+        with self._after_lock:  # its bookkeeping is done after the answer (flush), not before it
+            self._answered.append((state, response))
+            if len(self._answered) > PENDING_ANSWERS:
+                self._settle_answers()
         return RunResult(response, state.error)
 
     def _note_tail(self, state: RunState) -> None:
@@ -365,8 +374,12 @@ class Router:
             self._note_version(state)
         return RunResult({"items": [], "error": exc.to_dict(), "receipt": state.receipt}, exc)
 
-    def _queue_after(self, state: RunState, response: dict[str, Any]) -> None:
-        with self._after_lock:
+    def _settle_answers(self) -> None:
+        """The bookkeeping of the answers given since the last call (caller holds ``_after_lock``):
+        benchmark events and latencies, the cache row and memo, what the flywheel observed. Done by
+        :meth:`flush`, or first by whatever needs it sooner (feedback, labels, a cache lookup)."""
+        answered, self._answered = self._answered, []
+        for state, response in answered:
             self._queue_after_locked(state, response)
 
     def _note_version(self, state: RunState) -> None:
@@ -419,6 +432,9 @@ class Router:
             self._memo.pop(next(iter(self._memo)))
 
     def _memo_get(self, key: str) -> CacheEntry | None:
+        if self._answered:  # an answer not flushed yet may be the one asked again
+            with self._after_lock:
+                self._settle_answers()
         entry = self._memo.get(key)
         if entry is None or entry[0] <= time.time():
             return None
@@ -428,6 +444,7 @@ class Router:
         """Mark one run's queued benchmark events with whether each expert returned relevant
         evidence. Only a caller that knows relevance (``engine eval``) can say; unlabelled = null."""
         with self._after_lock:
+            self._settle_answers()
             self._after = [
                 dataclasses.replace(e, hit=hits[e.expert_id])
                 if isinstance(e, BenchmarkEvent) and e.run_id == run_id and e.expert_id in hits
@@ -436,8 +453,9 @@ class Router:
             ]
 
     def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
-        """Off-the-hot-path work: make the receipts durable (the spool's ``fsync``), record events
-        and cache rows, then let the store ingest them. A damaged store is logged, never raised:
+        """Off-the-hot-path work: make the receipts durable (the spool's ``fsync``), do the answers'
+        bookkeeping (:meth:`_settle_answers`), record events and cache rows, then let the store
+        ingest them. A damaged store is logged, never raised:
         the answer is out and its receipt is in the spool (``engine doctor`` says how to repair)."""
         self.receipt_log.settle()  # the chain hash of the last receipt, for the next one
         try:
@@ -445,6 +463,7 @@ class Router:
         except StoreError as exc:
             log.warning("store: %s", exc.message)
         with self._after_lock:
+            self._settle_answers()
             pending, self._after = self._after, []
         self._flushes += 1
         self.latency.update()  # this process's own calls, noted as the answers went out

@@ -89,6 +89,9 @@ class FanoutNode(Node):
         query = build_query(state)
         exit_rule = EarlyExit.from_settings(self.settings["early_exit"]) if "early_exit" in self.settings else None
         jobs = [(n, n, query) for n in names] + [(lane.key, lane.expert, lane.query) for lane in lanes]
+        # the slowest first (recent p95): the others start while it runs, not before it (issue 10)
+        p95 = state.services.latency_p95
+        jobs.sort(key=lambda job: -(p95(job[1]) or 0.0))
         leads, slowest_lead = lead_p95(state.selection.experts, state.services.latency_p95)
         if state.request.budget.latency_ms is not None and state.reserve_ms is None:
             state.reserve_ms = reserve(state.request.budget.latency_ms, state.services.latency_p95(TAIL))

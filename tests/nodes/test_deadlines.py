@@ -34,7 +34,7 @@ from engine.store import BenchmarkEvent, MemoryStore
 from engine.types import Evidence, Query
 from engine.workspace import Workspace
 
-from .test_graph_scheduler import _config, _ev
+from .test_graph_scheduler import NODES, _config, _ev
 
 
 def test_plan_follows_p95_within_timeout_and_budget() -> None:
@@ -187,3 +187,24 @@ def test_expert_far_over_the_budget_is_skipped_and_not_recorded(tmp_path: Path) 
     assert per["status"] == "skipped" and per["error_class"] == "over_budget" and calls == []
     assert per["deadline"]["p95_ms"] == 4000
     assert not [e for e in router._after if getattr(e, "expert_id", None) == "slow"]  # not a call: no event
+
+
+def test_the_slowest_expert_starts_first(tmp_path: Path) -> None:
+    """The fan-out starts experts slowest first (recent p95): the others start while it runs."""
+    for slowest in ("fast", "slow"):  # the names are the config's; the history decides
+        one_fanout = [{"id": "fanout", "kind": "fanout", "after": ["gate"]} if n["id"] == "fan-a" else n for n in NODES]
+        nodes = [{**n, "after": ["fanout"]} if n["id"] == "score" else n for n in one_fanout if n["id"] != "fan-b"]
+        router = _router(_config(tmp_path / slowest, nodes, slow_ms=0), tmp_path / slowest)
+        spec = router.config().experts
+        for _ in range(MIN_SAMPLES):
+            for name in ("fast", "slow"):
+                router.latency.observe(name, 40.0 if name == slowest else 5.0, "ok")
+        router.latency.update()
+        started: list[str] = []
+
+        def handler(name: str, started: list[str] = started) -> Any:
+            return lambda q: started.append(name) or [_ev(f"{name}.py", 1)]
+
+        experts = {n: FakeExpert.with_handler(spec[n], router.pool.env, handler(n)) for n in ("fast", "slow")}
+        _ask(router, None, experts)
+        assert started[0] == slowest and sorted(started) == ["fast", "slow"]

@@ -106,3 +106,23 @@ def test_one_builder_caps_snippets_the_same_in_both_modes() -> None:
     assert AnswerItem.from_dict(fused_item.to_dict()) == fused_item  # the cache reads back what it wrote
     cached = CachedAnswer((fused_item,), {"method": "weighted_rrf"}, None)
     assert CachedAnswer.from_dict(cached.to_dict()) == cached
+
+
+def test_commits_dedup_by_sha_and_chunks_by_overlap() -> None:
+    def commit(sha: str) -> Evidence:
+        return Evidence("p", "", "commit", 0, 0, f"fix {sha}", 1.0, meta={"sha": sha})
+
+    scored = {
+        "lex": ranked(commit("aaa"), ev("x.py", 10, 20), ev("x.py", 40, 50)),
+        "sem": ranked(commit("bbb"), commit("aaa"), ev("x.py", 18, 30), ev("x.py", 70, 80)),
+    }
+    fusion = FusionSpec(k=K, per_file_cap=5, doc_file_prior=1.0, test_file_prior=1.0, snippet_chars=40)
+    items = fuse(scored, weights=WEIGHTS, classes=CLASSES, fusion=fusion, k=K, klass=None, limit=10).items
+    agreed = {(it.kind, it.meta.get("sha") or it.start_line): sorted(s.expert for s in it.sources) for it in items}
+    assert agreed == {
+        ("commit", "aaa"): ["lex", "sem"],  # the same sha from both experts: one place
+        ("commit", "bbb"): ["sem"],
+        ("chunk", 10): ["lex", "sem"],  # 10-20 and 18-30 overlap
+        ("chunk", 40): ["lex"],
+        ("chunk", 70): ["sem"],
+    }

@@ -105,6 +105,21 @@ def test_feedback_teaches_a_hint_lane_that_expires_when_the_file_changes(hinted:
     anyio.run(later.aclose)
 
 
+def test_feedback_before_the_flush_still_teaches(hinted: tuple[Path, Path]) -> None:
+    """An answer's bookkeeping waits for the flush (off the hot path); feedback that comes first
+    settles it, so what the answer observed is there to learn from."""
+    config_dir, ws = hinted
+    router = Router(config_dir, Workspace.open([ws]))
+    first = anyio.run(router.run, "hinted", {"question": "where is RetryPolicy should_retry", "no_cache": True})
+    assert router._answered  # not settled yet: no flush since the answer
+    useful = item_of(first, "alpha/retry.py")["id"]
+    router.record_feedback(Feedback(uuid.uuid4().hex, first.response["receipt"]["receipt_id"], (useful,)))
+    router.flush()
+    anyio.run(router.aclose)
+    stored = [h for h in router.store.list_hints("alpha") if h.path == "alpha/retry.py" and h.source == "feedback"]
+    assert len(stored) == 1
+
+
 def test_hints_expire_with_the_config_version(hinted: tuple[Path, Path]) -> None:
     config_dir, ws = hinted
     router = Router(config_dir, Workspace.open([ws]))

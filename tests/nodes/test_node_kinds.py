@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.config import load_config
 from engine.errors import GraphError
@@ -17,7 +19,7 @@ from engine.items import AnswerItem, ScoredItem, Source
 from engine.nodes.aggregate import roll_up
 from engine.nodes.decompose import parts_of
 from engine.nodes.expand import seed_names
-from engine.rerank import QuestionSignals, features, is_packaging, path_mention, path_words
+from engine.rerank import QuestionSignals, _mention_form, _path_forms, features, is_packaging, path_mention, path_words
 from engine.types import Evidence, Features
 
 from ..conftest import ROOT
@@ -69,6 +71,30 @@ def test_aggregate_rolls_chunks_up_to_files() -> None:
         ("c.py", 3, 0.7),
     ]
     assert out[0].evidence.start_line == 2 and out[0].subscores["file_chunks"] == 3  # b.py's best chunk
+
+
+def _path_mention_pairwise(path: str, mentions: tuple[str, ...]) -> float:
+    """path_mention as first written: every mention against every form of the path (the oracle)."""
+    best = 0.0
+    mine_forms, name = _path_forms(path)
+    for m in mentions:
+        slashed, m_stem = _mention_form(m)
+        if slashed:
+            for mine in mine_forms:
+                if mine in (m, m_stem) or mine.endswith("/" + m_stem) or m.endswith("/" + path):
+                    return 1.0
+        elif name == m:
+            best = 0.5
+    return best
+
+
+_PART = st.sampled_from(["a", "b", "pkg", "mod", "__init__", "x.py", "mod.py", "b.txt", ".py", "a.b"])
+_PATH = st.lists(_PART, min_size=1, max_size=4).map("/".join)
+
+
+@given(_PATH, st.lists(_PATH, max_size=5).map(tuple))
+def test_path_mention_index_matches_the_pairwise_rule(path: str, mentions: tuple[str, ...]) -> None:
+    assert path_mention(path, mentions) == _path_mention_pairwise(path, mentions)
 
 
 def test_rerank_features_of_an_item() -> None:
