@@ -70,6 +70,38 @@ def test_the_parse_worker_never_deadlocks_when_both_pipes_fill() -> None:
         worker.close()
 
 
+def test_a_parse_worker_reader_that_dies_does_not_hang_the_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the thread taking replies stops (a bug, an unpicklable reply), the worker is killed: later
+    submits fail at once (the indexer then parses in-process) instead of blocking on a full pipe."""
+    import threading
+
+    from engine.index import parse_worker
+    from engine.index.parse_worker import ParseWorker
+
+    real, calls = parse_worker.read_frame, []
+
+    def flaky(src: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("reply could not be read")
+        return real(src)
+
+    monkeypatch.setattr(parse_worker, "read_frame", flaky)
+    big = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
+    worker = ParseWorker()
+    futures: list[Any] = []
+    sender = threading.Thread(target=lambda: futures.extend(worker.submit(big) for _ in range(12)), daemon=True)
+    try:
+        sender.start()
+        sender.join(timeout=120)
+        assert not sender.is_alive(), "submit() blocked after the reader died"
+        assert all(f.done() or f.exception(timeout=30) for f in futures)
+        assert len(futures[0].result(timeout=30)) == len(big)  # the first reply was read
+        assert isinstance(futures[-1].exception(timeout=30), OSError | EOFError)
+    finally:
+        worker.close()
+
+
 def _index(tmp_path: Path, name: str, lockstep: bool, prefetch: bool, monkeypatch: pytest.MonkeyPatch) -> dict:
     ws_dir, cfg_dir = make_ws(tmp_path / name, 40)
     ws, cfg = Workspace.open([ws_dir]), load_config(cfg_dir)

@@ -69,20 +69,28 @@ class ParseWorker:
                 write_frame(self._proc.stdin, items)
             except OSError as exc:  # the worker died: this and later groups are parsed in-process
                 with self._lock:
-                    if fut in self._waiting:
+                    mine = fut in self._waiting  # else the reader has failed it already
+                    if mine:
                         self._waiting.remove(fut)
-                fut.set_exception(exc)
+                if mine:
+                    fut.set_exception(exc)
         return fut
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
-        while (reply := read_frame(self._proc.stdout)) is not None:
-            with self._lock:
-                fut = self._waiting.popleft()
-            fut.set_result(reply)
-        with self._lock:  # worker gone: nobody will answer these
-            while self._waiting:
-                self._waiting.popleft().set_exception(EOFError("parse worker exited"))
+        try:
+            while (reply := read_frame(self._proc.stdout)) is not None:
+                with self._lock:
+                    fut = self._waiting.popleft()
+                fut.set_result(reply)
+        except Exception:  # noqa: BLE001 - a reader that stops must not leave a writer on a full pipe
+            # with nobody taking its replies the worker stops reading, and submit() would block on
+            # its input forever: killed, the worker's pipe breaks and submit() parses here instead
+            self._proc.kill()
+        finally:
+            with self._lock:  # worker gone: nobody will answer these
+                while self._waiting:
+                    self._waiting.popleft().set_exception(EOFError("parse worker exited"))
 
     def close(self) -> None:
         if self._proc.stdin is not None:
