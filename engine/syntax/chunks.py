@@ -67,6 +67,11 @@ class Chunk:
     kind: str
     text: str
 
+    def __reduce__(self) -> tuple[type[Chunk], tuple[int, int, str | None, str, str]]:
+        # pickled by the parse worker by the thousand: a frozen dataclass's default unpickling
+        # calls dataclasses.fields() per object (8% of `engine index` on a 1,000-file repo)
+        return Chunk, (self.start_line, self.end_line, self.symbol, self.kind, self.text)
+
 
 def _make(path: str, symbol: str | None, kind: str, lines: Lines) -> Chunk:
     header = f"# {path} :: {symbol}" if symbol else f"# {path}"

@@ -84,6 +84,11 @@ class Tag:
     enclosing: str | None = None
     bases: tuple[str, ...] = ()
 
+    def __reduce__(self) -> tuple[type[Tag], tuple[str, str, str, str, int, int, str | None, tuple[str, ...]]]:
+        # as Chunk.__reduce__: the parse worker's replies unpickle by the constructor, not fields()
+        n = self
+        return Tag, (n.name, n.qualified_name, n.kind, n.role, n.start_line, n.end_line, n.enclosing, n.bases)
+
 
 @dataclass(slots=True, eq=False)
 class Definition:
