@@ -23,7 +23,6 @@ Use :func:`policy_for` to get the policy of a workspace + config; everything els
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import fnmatch
 import hashlib
@@ -37,7 +36,7 @@ from typing import Any
 
 from .datadir import ensure_data_dir, private_dir
 from .errors import SpecError
-from .secret_scan import HEURISTIC_RULES, MIN_GENERATED_CHARS, NOISY_PLUGINS, Detector, Finding
+from .secret_scan import HEURISTIC_RULES, MIN_GENERATED_CHARS, NOISY_PLUGINS, Detector, Finding, line_numbers
 
 #: file names that hold key material or credentials (matched case-insensitively against the file
 #: name, or against the project-relative path when the glob has a ``/``). ``id_*`` is limited to
@@ -158,10 +157,10 @@ class SecretsPolicy:
         detector = Detector.get()
         found = [f for name in ([filename] if filename else FREE_TEXT_AS) for f in detector.findings(text, name)]
         if self.patterns:
-            starts = [0, *(m.end() for m in re.finditer("\n", text))]
-            for rx in self.patterns:
-                for m in rx.finditer(text):
-                    found.append(Finding(bisect.bisect_right(starts, m.start()), f"pattern:{rx.pattern}", m.group(0)))
+            matches = [(m.start(), rx.pattern, m.group(0)) for rx in self.patterns for m in rx.finditer(text)]
+            offsets = sorted({at for at, _, _ in matches})
+            line_of = dict(zip(offsets, line_numbers(text, offsets), strict=True))
+            found += [Finding(line_of[at], f"pattern:{p}", v) for at, p, v in matches]
         return sorted(found, key=lambda f: f.line)
 
     def content_rule(self, text: str, filename: str = "") -> str | None:

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.index.build import scan_workspace
 from engine.indexing import index_workspace
-from engine.secret_scan import Detector
+from engine.secret_scan import Detector, line_numbers
 from engine.secrets import SecretsPolicy, policy_for
 from engine.spec import load_config
 from engine.workspace import Workspace
@@ -241,3 +243,9 @@ def test_prefilters_flag_every_line_a_plugin_would_match() -> None:
         check()
         checked += 1
     assert checked >= len(originals) // 2
+
+
+@given(st.text(alphabet="ab\n", max_size=60), st.data())
+def test_line_numbers_count_the_newlines_before_each_offset(text: str, data: st.DataObject) -> None:
+    offsets = data.draw(st.lists(st.integers(0, len(text)), max_size=8, unique=True))
+    assert line_numbers(text, offsets) == [text.count("\n", 0, at) + 1 for at in sorted(offsets)]
