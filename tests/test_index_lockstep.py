@@ -75,10 +75,10 @@ def test_a_parse_worker_reader_that_dies_does_not_hang_the_writer(monkeypatch: p
     submits fail at once (the indexer then parses in-process) instead of blocking on a full pipe."""
     import threading
 
-    from engine.index import parse_worker
+    from engine import frames
     from engine.index.parse_worker import ParseWorker
 
-    real, calls = parse_worker.read_frame, []
+    real, calls = frames.read_frame, []
 
     def flaky(src: Any) -> Any:
         calls.append(1)
@@ -86,7 +86,7 @@ def test_a_parse_worker_reader_that_dies_does_not_hang_the_writer(monkeypatch: p
             raise ValueError("reply could not be read")
         return real(src)
 
-    monkeypatch.setattr(parse_worker, "read_frame", flaky)
+    monkeypatch.setattr(frames, "read_frame", flaky)
     big = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
     worker = ParseWorker()
     futures: list[Any] = []

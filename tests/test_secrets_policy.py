@@ -249,3 +249,49 @@ def test_prefilters_flag_every_line_a_plugin_would_match() -> None:
 def test_line_numbers_count_the_newlines_before_each_offset(text: str, data: st.DataObject) -> None:
     offsets = data.draw(st.lists(st.integers(0, len(text)), max_size=8, unique=True))
     assert line_numbers(text, offsets) == [text.count("\n", 0, at) + 1 for at in sorted(offsets)]
+
+
+def _files_with_secrets(root: Path) -> list[tuple[Path, str, bytes]]:
+    texts = {
+        "clean.py": "def add(a, b):\n    return a + b\n" * 50,
+        "aws.py": f'AWS_SECRET_ACCESS_KEY = "{AWS_SECRET}"\n',
+        "token.md": f"use the token {TOKEN} to log in\n",
+        "acme.txt": "ticket ACME-12345 is open\n",
+        "notes.rst": "Nothing to see here.\n" * 20,
+        "key.pem": "-----BEGIN PRIVATE KEY-----\n",  # a name rule: never content-scanned
+    }
+    for name, text in texts.items():
+        (root / name).write_text(text)
+    return [((root / name).resolve(), name, (root / name).read_bytes()) for name in texts]
+
+
+def test_prejudge_in_a_worker_gives_file_rules_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The content scan shared with a second process (engine.secret_worker) caches exactly the
+    verdicts file_rule makes alone, extra patterns included."""
+    import engine.secrets as secrets_mod
+
+    files = _files_with_secrets(tmp_path)
+    alone = SecretsPolicy(extra_patterns=[r"ACME-\d+"])
+    want = {rel: alone.file_rule(full, rel, data) for full, rel, data in files}
+    assert want["aws.py"] and want["token.md"] and want["acme.txt"] and want["key.pem"]
+    assert want["clean.py"] is None and want["notes.rst"] is None
+    monkeypatch.setattr(secrets_mod, "PARALLEL_SCAN_CHARS", 0)  # share even this small batch
+    monkeypatch.setattr(secrets_mod, "WORKER_START_CHARS", 0)
+    shared = SecretsPolicy(extra_patterns=[r"ACME-\d+"])
+    # the largest file (clean.py) here, the four others (acme.txt's pattern too) in the worker
+    assert shared.prejudge(files) == 4
+    monkeypatch.setattr(SecretsPolicy, "content_rule", lambda *a, **k: pytest.fail("file_rule scanned again"))
+    assert {rel: shared.file_rule(full, rel, data) for full, rel, data in files} == want
+
+
+def test_a_failed_scan_worker_leaves_its_files_to_file_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.secrets as secrets_mod
+
+    files = _files_with_secrets(tmp_path)
+    want = {rel: SecretsPolicy().file_rule(full, rel, data) for full, rel, data in files}
+    monkeypatch.setattr(secrets_mod, "PARALLEL_SCAN_CHARS", 0)
+    monkeypatch.setattr(secrets_mod, "WORKER_START_CHARS", 0)
+    monkeypatch.setattr(secrets_mod, "_judge_elsewhere", lambda extra, items: None)
+    policy = SecretsPolicy()
+    assert policy.prejudge(files) == 0
+    assert {rel: policy.file_rule(full, rel, data) for full, rel, data in files} == want

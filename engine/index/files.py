@@ -66,6 +66,18 @@ def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withhel
 def read_indexable(root: Path, path: str, policy: SecretsPolicy | None = None) -> bytes | None:
     """The file's bytes, or None when it is gone, outside its project (symlink), too big, binary,
     or withheld by the secrets policy."""
+    got = read_candidate(root, path)
+    if got is None:
+        return None
+    full, data = got
+    if (policy or DEFAULT_NAMES).file_rule(full, path, data):
+        return None
+    return data
+
+
+def read_candidate(root: Path, path: str) -> tuple[Path, bytes] | None:
+    """(real path, bytes) of a file that may be indexed, before the secrets policy judges it: None
+    when it is gone, outside its project (symlink), too big or binary."""
     full = contained(root, path)
     if full is None:
         return None
@@ -76,9 +88,12 @@ def read_indexable(root: Path, path: str, policy: SecretsPolicy | None = None) -
         return None
     if len(data) > MAX_FILE_BYTES or looks_binary(data):
         return None
-    if (policy or DEFAULT_NAMES).file_rule(full, path, data):
-        return None
-    return data
+    return full, data
+
+
+#: changed files are read and judged in batches of about this many bytes (memory stays bounded;
+#: each batch's content scan is shared with a second process, SecretsPolicy.prejudge)
+SCAN_BATCH_BYTES = 64_000_000
 
 
 def scan(
@@ -90,6 +105,7 @@ def scan(
     previous = previous or {}
     out: dict[str, SourceFile] = {}
     for project in projects:
+        changed: list[tuple[str, int, int]] = []  # (path, size, mtime) to read, judge and hash
         for path in list_paths(project, policy):
             full = project.root / path
             try:
@@ -104,8 +120,26 @@ def scan(
                 if real is not None and not (policy or DEFAULT_NAMES).file_rule(real, path):
                     out[key] = old
                 continue
-            data = read_indexable(project.root, path, policy)
-            if data is None:
-                continue
-            out[key] = SourceFile(project.name, path, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+            changed.append((path, st.st_size, st.st_mtime_ns))
+        start = 0
+        while start < len(changed):
+            batch: list[tuple[str, int, int]] = []
+            size = 0
+            while start < len(changed) and (not batch or size + changed[start][1] <= SCAN_BATCH_BYTES):
+                batch.append(changed[start])
+                size += changed[start][1]
+                start += 1
+            _judge_and_hash(project, batch, policy, out)
     return out
+
+
+def _judge_and_hash(
+    project: Project, batch: list[tuple[str, int, int]], policy: SecretsPolicy | None, out: dict[str, SourceFile]
+) -> None:
+    read = [(path, size, mtime, read_candidate(project.root, path)) for path, size, mtime in batch]
+    if policy is not None:
+        policy.prejudge([(got[0], path, got[1]) for path, _, _, got in read if got is not None])
+    for path, size, mtime, got in read:
+        if got is None or (policy or DEFAULT_NAMES).file_rule(got[0], path, got[1]):
+            continue
+        out[f"{project.name}:{path}"] = SourceFile(project.name, path, size, mtime, hashlib.sha256(got[1]).hexdigest())

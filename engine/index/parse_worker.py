@@ -1,8 +1,7 @@
 """A worker process that parses files for the indexes ahead of need (:class:`OutlinePrefetch`).
 
-Protocol on stdin/stdout, one frame per group of files: an 8-byte big-endian length, then a
-pickle. Requests are ``list[(path, bytes)]``; replies ``list[(tags, chunks)]`` in the same order.
-It exits at end of input. Pickle is safe here: both ends are this package, over a private pipe.
+Protocol on stdin/stdout, one frame (:mod:`engine.frames`) per group of files: requests are
+``list[(path, bytes)]``; replies ``list[(tags, chunks)]`` in the same order. It exits at end of input.
 
 A plain subprocess rather than :mod:`multiprocessing`: spawn re-imports the parent's
 ``__main__``, which breaks any script that calls the indexer without a ``__main__`` guard.
@@ -11,34 +10,14 @@ A plain subprocess rather than :mod:`multiprocessing`: spawn re-imports the pare
 from __future__ import annotations
 
 import contextlib
-import pickle
-import struct
 import subprocess
 import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import IO, Any
+from typing import Any
 
-_LEN = struct.Struct(">Q")
-
-
-def write_frame(out: IO[bytes], obj: Any) -> None:
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    out.write(_LEN.pack(len(blob)))
-    out.write(blob)
-    out.flush()
-
-
-def read_frame(src: IO[bytes]) -> Any | None:
-    head = src.read(_LEN.size)
-    if len(head) < _LEN.size:
-        return None
-    n = _LEN.unpack(head)[0]
-    blob = src.read(n)
-    if len(blob) < n:
-        return None
-    return pickle.loads(blob)  # noqa: S301 - frames come from this package's own process
+from .. import frames
 
 
 class ParseWorker:
@@ -66,7 +45,7 @@ class ParseWorker:
                 self._waiting.append(fut)
             assert self._proc.stdin is not None
             try:
-                write_frame(self._proc.stdin, items)
+                frames.write_frame(self._proc.stdin, items)
             except OSError as exc:  # the worker died: this and later groups are parsed in-process
                 with self._lock:
                     mine = fut in self._waiting  # else the reader has failed it already
@@ -79,7 +58,7 @@ class ParseWorker:
     def _read(self) -> None:
         assert self._proc.stdout is not None
         try:
-            while (reply := read_frame(self._proc.stdout)) is not None:
+            while (reply := frames.read_frame(self._proc.stdout)) is not None:
                 with self._lock:
                     fut = self._waiting.popleft()
                 fut.set_result(reply)
@@ -109,8 +88,8 @@ def main() -> int:
     from ..syntax import outline  # the grammars load in the worker, not in its parent's import
 
     src, out = sys.stdin.buffer, sys.stdout.buffer
-    while (items := read_frame(src)) is not None:
-        write_frame(out, [outline(path, data) for path, data in items])
+    while (items := frames.read_frame(src)) is not None:
+        frames.write_frame(out, [outline(path, data) for path, data in items])
     return 0
 
 
