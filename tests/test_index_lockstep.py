@@ -50,22 +50,31 @@ def test_the_parse_worker_returns_what_parsing_here_returns() -> None:
     ]
 
 
+BIG_GROUP = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
+
+
+def _flood(worker: Any, blocked: str) -> list[Any]:
+    """12 big groups sent from a thread, faster than the worker answers: both pipes fill. Fails with
+    ``blocked`` when submit() does not return."""
+    import threading
+
+    futures: list[Any] = []
+    sender = threading.Thread(target=lambda: futures.extend(worker.submit(BIG_GROUP) for _ in range(12)), daemon=True)
+    sender.start()
+    sender.join(timeout=120)
+    assert not sender.is_alive(), blocked
+    return futures
+
+
 def test_the_parse_worker_never_deadlocks_when_both_pipes_fill() -> None:
     """Requests sent faster than the worker answers fill its input pipe while its replies fill the
     output pipe: the reader must still take replies (it once waited for the lock a blocked writer held)."""
-    import threading
-
     from engine.index.parse_worker import ParseWorker
 
-    big = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
     worker = ParseWorker()
-    futures: list[Any] = []
-    sender = threading.Thread(target=lambda: futures.extend(worker.submit(big) for _ in range(12)), daemon=True)
     try:
-        sender.start()
-        sender.join(timeout=120)
-        assert not sender.is_alive(), "submit() blocked: the parse worker deadlocked"
-        assert all(len(f.result(timeout=120)) == len(big) for f in futures)
+        futures = _flood(worker, "submit() blocked: the parse worker deadlocked")
+        assert all(len(f.result(timeout=120)) == len(BIG_GROUP) for f in futures)
     finally:
         worker.close()
 
@@ -73,8 +82,6 @@ def test_the_parse_worker_never_deadlocks_when_both_pipes_fill() -> None:
 def test_a_parse_worker_reader_that_dies_does_not_hang_the_writer(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the thread taking replies stops (a bug, an unpicklable reply), the worker is killed: later
     submits fail at once (the indexer then parses in-process) instead of blocking on a full pipe."""
-    import threading
-
     from engine import frames
     from engine.index.parse_worker import ParseWorker
 
@@ -87,17 +94,11 @@ def test_a_parse_worker_reader_that_dies_does_not_hang_the_writer(monkeypatch: p
         return real(src)
 
     monkeypatch.setattr(frames, "read_frame", flaky)
-    big = [(f"m{i}.py", (f"def f{i}(x):\n    return x\n" * 4000).encode()) for i in range(4)]
     worker = ParseWorker()
-    futures: list[Any] = []
-    sender = threading.Thread(target=lambda: futures.extend(worker.submit(big) for _ in range(12)), daemon=True)
     try:
-        sender.start()
-        sender.join(timeout=120)
-        assert not sender.is_alive(), "submit() blocked after the reader died"
-        assert all(f.done() or f.exception(timeout=30) for f in futures)
-        assert len(futures[0].result(timeout=30)) == len(big)  # the first reply was read
-        assert isinstance(futures[-1].exception(timeout=30), OSError | EOFError)
+        futures = _flood(worker, "submit() blocked after the reader died")
+        assert len(futures[0].result(timeout=30)) == len(BIG_GROUP)  # the first reply was read
+        assert all(isinstance(f.exception(timeout=30), OSError | EOFError) for f in futures[1:])
     finally:
         worker.close()
 
