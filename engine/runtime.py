@@ -380,14 +380,15 @@ class Router:
         :meth:`flush`, or first by whatever needs it sooner (feedback, labels, a cache lookup)."""
         answered, self._answered = self._answered, []
         for state, response in answered:
-            self._queue_after_locked(state, response)
+            self._bookkeep(state, response)
 
     def _note_version(self, state: RunState) -> None:
         if state.config_version not in self._versions_seen:  # once per version: a set lookup per run
             self._versions_seen.add(state.config_version)
             self._after.append(_NewVersion(state.config, state.pipeline, state.config_version, state.created_at))
 
-    def _queue_after_locked(self, state: RunState, response: dict[str, Any]) -> None:
+    def _bookkeep(self, state: RunState, response: dict[str, Any]) -> None:
+        """One answer's events, latencies, cache row and flywheel observation (:meth:`_settle_answers`)."""
         self._note_version(state)
         receipt = state.receipt or {}
         c = state.classification
