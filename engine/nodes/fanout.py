@@ -131,7 +131,7 @@ class FanoutNode(Node):
                 EarlyExit.mark_skipped(outcome, why)
                 skipped.append(other)
             if skipped:
-                state.trace.append({"node": self.id, "early_exit": why, "skipped": skipped})
+                state.trace.append({"node": self.id, "early_exit": why, "skipped": sorted(skipped)})
 
         try:
             async with anyio.create_task_group() as tg:
