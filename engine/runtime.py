@@ -265,7 +265,8 @@ class Router:
             if hit is None:
                 hit = self.store.cache_get(key)
                 if hit is not None:  # a long-lived router (serve, the CLI daemon) reads the store once per key
-                    self._remember(hit)
+                    with self._after_lock:  # the memo is also written by the flush, in its thread
+                        self._remember(hit)
         except StoreError as exc:  # a damaged store is a cache miss, never a lost answer
             log.warning("store: %s", exc.message)
             return None
@@ -428,6 +429,7 @@ class Router:
             self._after.append(entry)
 
     def _remember(self, entry: CacheEntry) -> None:
+        """Keep a cached answer in memory (caller holds ``_after_lock``: the loop and the flush write it)."""
         self._memo[entry.key] = (entry.expires_at, entry)
         while len(self._memo) > MEMO_SIZE:
             self._memo.pop(next(iter(self._memo)))
