@@ -261,17 +261,17 @@ class SecretsPolicy:
         cache exactly as :meth:`file_rule` makes them (the worker runs the same policy); a worker
         that fails leaves its files to :meth:`file_rule`. Returns how many the worker judged."""
         todo: list[tuple[str, int, int, str, str]] = []  # (cache key, size, mtime, rel, text)
-        with self._lock:
-            self._load()
         for full, rel, data in files:
-            if self.name_rule(rel) or self.name_rule(full.name) or len(data) > MAX_SCAN_BYTES:
+            if len(data) > MAX_SCAN_BYTES:  # never scanned (file_rule: served as too big to hold one)
                 continue
+            try:
+                self.file_rule(full, rel, cached_only=True)  # a name rule, a cached verdict, a gone file
+                continue
+            except NotJudged:
+                pass
             try:
                 st = full.stat()
             except OSError:
-                continue
-            hit = self._verdicts.get(str(full))
-            if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
                 continue
             todo.append((str(full), st.st_size, st.st_mtime_ns, rel, data.decode("utf-8", "replace")))
         if len(todo) < 2 or sum(len(t[4]) for t in todo) < PARALLEL_SCAN_CHARS:
@@ -280,11 +280,14 @@ class SecretsPolicy:
         # what its start-up costs (a Python start, detect-secrets' plugins: ~0.4 s of scanning)
         theirs: list[tuple[str, int, int, str, str]] = []
         mine: list[tuple[str, int, int, str, str]] = []
-        load = {"theirs": WORKER_START_CHARS, "mine": 0}
+        theirs_chars, mine_chars = WORKER_START_CHARS, 0
         for t in sorted(todo, key=lambda t: -len(t[4])):
-            side = "theirs" if load["theirs"] < load["mine"] else "mine"
-            (theirs if side == "theirs" else mine).append(t)
-            load[side] += len(t[4])
+            if theirs_chars < mine_chars:
+                theirs.append(t)
+                theirs_chars += len(t[4])
+            else:
+                mine.append(t)
+                mine_chars += len(t[4])
         if not theirs:
             return 0
         reply: list[list[str | None] | None] = []
