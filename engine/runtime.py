@@ -420,7 +420,8 @@ class Router:
                 )
             )
         key = state.cache.get("key")
-        if key and not state.cache.get("hit") and state.error is None:
+        # kept only when the receipt says so: complete answers (engine.nodes.cache.not_kept)
+        if key and (receipt.get("cache") or {}).get("kept"):
             cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence).to_dict()
             entry = CacheEntry(
                 key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S

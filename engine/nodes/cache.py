@@ -10,11 +10,47 @@ out (off the hot path).
 The key hashes the config_version, the request, the workspace, every project's HEAD and every
 index's state (:meth:`~engine.nodes.base.Services.cache_key`), so any change that can change an
 answer is a miss. Only fused answers are cached; a ``no_cache`` request neither reads nor feeds it.
+
+Only *complete* answers feed it (:func:`not_kept`): one that an expert crashed in, timed out in,
+answered partially or malformed, or that skipped an expert for want of budget, is answered but not
+kept — the cause may pass in a second (a load spike, a model still loading), and a kept answer
+would repeat it until the entry expires. The receipt says which: ``cache.kept`` and, when
+false, ``cache.not_kept`` (the first expert that made it incomplete).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import Node, RunState, Skip, node_kind
+
+#: expert statuses a kept answer may have: answered, or a setup state that lasts until something
+#: the key sees changes (no index yet: `engine index` changes its generation; not configured)
+KEPT_STATUSES = frozenset({"ok", "unconfigured", "unavailable"})
+#: why an expert was skipped, that does not pass with the machine's load (the config decided it)
+STABLE_SKIPS = frozenset({"early_exit"})
+
+
+def not_kept(state: RunState) -> str | None:
+    """Why this answer must not feed the cache (an expert and its status), or None: it may."""
+    if state.error is not None:
+        return f"error {state.error.code}"
+    for name, o in sorted(state.outcomes.items()):
+        if o.status in KEPT_STATUSES or (o.status == "skipped" and o.error_class in STABLE_SKIPS):
+            continue
+        return f"{name} {o.error_class or o.status}" if o.status == "skipped" else f"{name} {o.status}"
+    return None
+
+
+def receipt_section(state: RunState) -> dict[str, Any]:
+    """The receipt's ``cache``: {hit, key}, and for a keyed miss whether the answer is kept."""
+    out = dict(state.cache)
+    if out.get("key") and not out.get("hit"):
+        why = not_kept(state)
+        out["kept"] = why is None
+        if why is not None:
+            out["not_kept"] = why
+    return out
 
 
 @node_kind

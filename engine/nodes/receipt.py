@@ -18,6 +18,7 @@ from typing import Any
 from .. import __version__
 from ..hints import HINT_LANE
 from .base import Node, RunState, node_kind
+from .cache import receipt_section
 
 
 def build_receipt(state: RunState) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def build_receipt(state: RunState) -> dict[str, Any]:
             },
         },
         "fusion": state.fusion_info or {"method": "none"},
-        "cache": state.cache,
+        "cache": receipt_section(state),
         "result_count": len(state.fused)
         if state.request.mode == "fused"
         else sum(len(o.items) for o in state.outcomes.values()),

@@ -76,3 +76,21 @@ def test_separate_mode_is_never_served_from_the_cache(indexed: Path, config_dir:
     for r in (first, second):
         assert r.response["receipt"]["cache"] == {"hit": False, "key": None}
         assert set(r.response["separate"]) == IDENTIFIER_EXPERTS
+
+
+def test_an_answer_an_expert_timed_out_in_is_answered_but_not_kept(indexed: Path, config_dir: Path) -> None:
+    """A timeout may pass in a second: its degraded answer must not be repeated until the entry expires."""
+    experts = config_dir / "experts.yaml"
+    experts.write_text(experts.read_text().replace("timeout_ms: 3000", "timeout_ms: 1", 1))  # ripgrep's
+    first, second = _twice(config_dir, indexed, "identifier", '"RetryPolicy"')
+    r1, r2 = first.response["receipt"], second.response["receipt"]
+    assert r1["per_expert"]["ripgrep"]["status"] in ("timeout", "partial")
+    assert first.response["items"]  # answered by the others all the same
+    assert r1["cache"]["kept"] is False and r1["cache"]["not_kept"].startswith("ripgrep ")
+    assert r2["cache"]["hit"] is False and r2["cache"]["key"] == r1["cache"]["key"]
+    assert plain_pynacl_verify(r1)
+    # complete answers are kept and repeated, and their receipt says so
+    experts.write_text(experts.read_text().replace("timeout_ms: 1\n", "timeout_ms: 3000\n", 1))
+    third, fourth = _twice(config_dir, indexed, "identifier", '"RetryPolicy"')
+    assert third.response["receipt"]["cache"]["kept"] is True and "not_kept" not in third.response["receipt"]["cache"]
+    assert fourth.response["receipt"]["cache"]["hit"] is True
