@@ -85,6 +85,7 @@ class ClassifierSpec:
     fallback: tuple[str, float]
     file: Path
     raw: Mapping[str, Any]
+    ignore: re.Pattern[str] | None = None  # embedded instructions: removed before features and rules
 
     def rule_names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.rules)
@@ -149,6 +150,7 @@ def load_classifier(config_root: Path) -> ClassifierSpec:
         fallback=(raw["fallback"]["class"], float(raw["fallback"]["confidence"])),
         file=file,
         raw=raw,
+        ignore=_compile(raw["ignore"], file, ["ignore"]) if "ignore" in raw else None,
     )
 
 
@@ -185,8 +187,30 @@ def extract_features(question: str, spec: ClassifierSpec) -> Features:
     )
 
 
+def routed_text(question: str, spec: ClassifierSpec) -> tuple[str, int]:
+    """The question as the rules and features read it, and how many characters they do not: the
+    text ``ignore`` matches (instructions embedded in a question — a role-tagged block, chat
+    markup — are data for the experts, never a say in where the question goes). When it matches
+    everything, the question itself."""
+    if spec.ignore is None:
+        return question, 0
+    parts: list[str] = []
+    at = ignored = 0
+    for m in spec.ignore.finditer(question):
+        parts.append(question[at : m.start()])
+        ignored += m.end() - m.start()
+        at = m.end()
+    if not ignored:
+        return question, 0
+    parts.append(question[at:])
+    routed = " ".join(p.strip() for p in parts if p.strip())
+    return (routed, ignored) if routed else (question, 0)
+
+
 def classify(question: str, spec: ClassifierSpec, abstain_below: float) -> Classification:
     """The first rule that holds (else the fallback); below ``abstain_below`` the classifier abstains."""
+    question, ignored = routed_text(question, spec)
+    routed = question if ignored else None
     features = extract_features(question, spec)
     words = len(spec.word.findall(question))
     text = question.lower()
@@ -196,4 +220,4 @@ def classify(question: str, spec: ClassifierSpec, abstain_below: float) -> Class
         if r.holds(text, words, features):
             klass, confidence, rule = r.klass, r.confidence, r.name
             break
-    return Classification(klass, confidence, rule, confidence < abstain_below, features)
+    return Classification(klass, confidence, rule, confidence < abstain_below, features, ignored, routed)

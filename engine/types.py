@@ -187,14 +187,19 @@ class Classification:
     rule: str
     abstained: bool
     features: Features
+    ignored: int = 0  # characters of embedded instructions the rules and features did not read
+    routed: str | None = None  # the question without them (set only when something was ignored)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "class": self.klass,
             "confidence": round(self.confidence, 3),
             "rule": self.rule,
             "abstained": self.abstained,
         }
+        if self.ignored:
+            out["ignored_chars"] = self.ignored
+        return out
 
 
 @dataclass(frozen=True, slots=True)

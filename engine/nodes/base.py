@@ -178,6 +178,14 @@ class RunState:
     bandit: Draw | None = None  # the gate's bandit draw (priors.yaml bandit.enabled)
     node_ms: dict[str, float] = field(default_factory=dict)  # "<pipeline>.<node>" → its run time
 
+    @property
+    def question(self) -> str:
+        """What the experts search and the nodes read: the request's question, without what the
+        classifier ignored in it (embedded instructions, classifier.yaml ``ignore``); the receipt
+        keeps the request as asked."""
+        c = self.classification
+        return c.routed if c is not None and c.routed else self.request.question
+
     def weights(self) -> dict[str, float]:
         """Fusion weights: the gate's per-expert priors, then each lane's own weight."""
         out = dict(self.selection.experts) if self.selection else {}

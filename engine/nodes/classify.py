@@ -24,8 +24,9 @@ class ClassifyNode(Node):
         req = state.request
         c = classify(req.question, state.config.classifier, state.config.priors.abstain_below)
         if req.intent:
-            c = Classification(req.intent, 1.0, "caller-intent", False, c.features)
+            c = Classification(req.intent, 1.0, "caller-intent", False, c.features, c.ignored, c.routed)
         elif state.pipeline.klass:
-            c = Classification(state.pipeline.klass, 1.0, f"pipeline-class:{state.pipeline.name}", False, c.features)
+            pipeline_rule = f"pipeline-class:{state.pipeline.name}"
+            c = Classification(state.pipeline.klass, 1.0, pipeline_rule, False, c.features, c.ignored, c.routed)
         state.classification = c
         return None

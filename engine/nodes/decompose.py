@@ -139,7 +139,7 @@ class DecomposeNode(Node):
     async def run(self, state: RunState) -> None:
         c = state.classification
         assert c is not None  # guaranteed by `requires`
-        question = state.request.question
+        question = state.question
         words = len(question.split())
         if words < int(self.settings.get("min_words", 0)):
             state.trace.append({"node": self.id, "decompose": f"not decomposed: {words} words"})

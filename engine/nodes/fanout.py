@@ -49,7 +49,7 @@ def build_query(state: RunState) -> Query:
     if state.heads is None:  # once per run: every index-backed expert compares its HEADs with these
         state.heads = Heads(projects)
     return Query(
-        question=state.request.question,
+        question=state.question,
         klass=c.klass,
         features=c.features,
         scope=state.request.scope,

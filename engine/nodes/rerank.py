@@ -47,7 +47,7 @@ class RerankNode(Node):
         weights = state.config.priors.rerank[name]
         top = int(self.settings.get("top", 30))
         cands, rest = state.fused[:top], state.fused[top:]
-        q = QuestionSignals.of(state.request.question, c.features, [p.name for p in state.workspace.projects])
+        q = QuestionSignals.of(state.question, c.features, [p.name for p in state.workspace.projects])
         state.fused = rerank(cands, q, weights) + [it.ranked(len(cands) + n) for n, it in enumerate(rest, 1)]
         state.fusion_info["rerank"] = {"weights": name, "top": top}
         state.confidence = (

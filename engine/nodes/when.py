@@ -33,7 +33,7 @@ def _observed(state: RunState) -> dict[str, Any]:
         "rule": c.rule if c else None,
         "confidence": state.confidence.score if state.confidence else 0.0,
         "results": len(state.fused),
-        "words": len(state.request.question.split()),
+        "words": len(state.question.split()),
     }
 
 
