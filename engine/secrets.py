@@ -40,7 +40,17 @@ from typing import Any
 from .datadir import ensure_data_dir, private_dir
 from .errors import SpecError
 from .frames import encode_frame, read_frame
-from .secret_scan import HEURISTIC_RULES, MIN_GENERATED_CHARS, NOISY_PLUGINS, Detector, Finding, line_numbers
+from .secret_scan import (
+    ENGINE_RULES,
+    HEURISTIC_RULES,
+    MIN_GENERATED_CHARS,
+    MIN_URL_PASSWORD_CHARS,
+    NOISY_PLUGINS,
+    Detector,
+    Finding,
+    engine_findings,
+    line_numbers,
+)
 
 #: file names that hold key material or credentials (matched case-insensitively against the file
 #: name, or against the project-relative path when the glob has a ``/``). ``id_*`` is limited to
@@ -165,6 +175,7 @@ class SecretsPolicy:
         (``key = "value"``) and the config rules (``key: value``) of the keyword plugin."""
         detector = Detector.get()
         found = [f for name in ([filename] if filename else FREE_TEXT_AS) for f in detector.findings(text, name)]
+        found += engine_findings(text)
         if self.patterns:
             matches = [(m.start(), rx.pattern, m.group(0)) for rx in self.patterns for m in rx.finditer(text)]
             offsets = sorted({at for at, _, _ in matches})
@@ -215,6 +226,8 @@ class SecretsPolicy:
                 sorted(NOISY_PLUGINS),
                 sorted(HEURISTIC_RULES),
                 MIN_GENERATED_CHARS,
+                MIN_URL_PASSWORD_CHARS,
+                [rx.pattern for _, rx, _ in ENGINE_RULES],
                 self.globs,
                 patterns,
             ]

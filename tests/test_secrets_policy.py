@@ -295,3 +295,50 @@ def test_a_failed_scan_worker_leaves_its_files_to_file_rule(tmp_path: Path, monk
     policy = SecretsPolicy()
     assert policy.prejudge(files) == 0
     assert {rel: policy.file_rule(full, rel, data) for full, rel, data in files} == want
+
+
+# built from parts, so this file holds no credential-shaped literal of its own
+_RANDOM = "Zq8vN3rT7yLp2XkW" + "m9Bc4HsJd6FgQa1Re5UoVi0n"
+_OPENAI = "sk-" + "proj-" + "AbCdEf0123456789GhIjKlMnOpQrStUvWxYz0123456789"
+_ANTHROPIC = "sk-" + "ant-api03-" + "AbCdEf0123456789GhIjKlMnOpQrStUvWxYz0123456789"
+_HF = "hf" + "_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+
+
+@pytest.mark.parametrize(
+    "name,text,rule",
+    [
+        ("deploy.sh", f"export AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "Secret Assignment"),
+        ("notes.txt", f"AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "Secret Assignment"),
+        ("Dockerfile", f"FROM python:3.12\nENV AWS_SECRET_ACCESS_KEY {_RANDOM}\n", "Secret Assignment"),
+        ("config.php", f"define('DB_PASSWORD','{_RANDOM[:16]}');\n", "Secret Assignment"),
+        ("run.sh", f"OPENAI_API_KEY={_OPENAI}\n", "OpenAI API Key"),
+        ("client.py", f'client = OpenAI(api_key="{_OPENAI}")\n', "OpenAI API Key"),
+        ("env.sh", f"ANTHROPIC_API_KEY={_ANTHROPIC}\n", "Anthropic API Key"),
+        ("hub.py", f'hf_token = "{_HF}"\n', "Hugging Face Token"),
+        ("db.py", 'DB = "postgres://admin:' + "Xk93md" + 'Pq7z@db.internal:5432/prod"\n', "Basic Auth Credentials"),
+    ],
+)
+def test_credentials_detect_secrets_misses_are_withheld_and_redacted(name: str, text: str, rule: str) -> None:
+    """Found by the helpers' exploratory runs (all served word for word before): unquoted shell,
+    Dockerfile and notes assignments, call arguments, vendor key formats, a short URL password."""
+    policy = SecretsPolicy()
+    assert (policy.content_rule(text, name) or "").startswith(f"content:{rule} (line ")
+    redacted, n = policy.redact(text, name)
+    assert n >= 1 and _RANDOM[:16] not in redacted and _OPENAI not in redacted and _HF not in redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "api_key = settings.OPENAI_API_KEY_VALUE1\n",  # a dotted reference
+        'SECRET_KEY = os.environ.get("SECRET_KEY")\n',
+        "access_token = getUserAccessTokenFromCache2()\n",  # an identifier: case changes at word starts
+        'tokenizer = "all-MiniLM-L6-v2/tokenizer.json"\n',  # a file name
+        "Set AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY as the AWS docs show.\n",
+        'url = "postgres://user:password@localhost/db"\n',
+        'x = "http://admin:admin123@host"\n',
+        f'key = "{_RANDOM}"  # pragma: allowlist secret\n',
+    ],
+)
+def test_names_references_examples_and_allowlisted_lines_stay_searchable(text: str) -> None:
+    assert SecretsPolicy().content_rule(text, "settings.py") is None
