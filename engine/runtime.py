@@ -46,7 +46,7 @@ from .pool import ExpertPool
 from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
-from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, escape_undecodable, parse_request
+from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, check_workspace_trust, escape_undecodable, parse_request
 from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Feedback, Store, open_store
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
@@ -173,6 +173,7 @@ class Router:
             return self._loaded
         try:
             cfg = dataclasses.replace(load_config(self.config_dir), source=self.config_source)
+            check_workspace_trust(cfg)
             graphs = {name: build_graph(spec, cfg) for name, spec in cfg.pipelines.items()}
         except SpecError as exc:
             if self._loaded is None:

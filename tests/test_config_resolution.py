@@ -174,3 +174,32 @@ def test_the_build_step_ships_the_default_config_and_an_install_uses_it(tmp_path
         env={k: v for k, v in os.environ.items() if k != "ENGINE_CONFIG_DIR"},
     )
     assert _receipt(res)["config"] == {"path": str(defaults), "source": "packaged"}
+
+
+def test_a_repository_config_may_not_enable_an_expert_that_runs_a_program(
+    indexed: Path, config_dir: Path, tmp_path: Path
+) -> None:
+    """Found by an exploratory run: a cloned repository's .engine.yaml named a config whose
+    `command` expert wrote a file on `engine run`. A workspace-chosen config may tune priors and
+    pipelines; what runs here takes the user's own choice of the folder."""
+    import yaml
+
+    planted = tmp_path / "planted"
+    raw = yaml.safe_load((config_dir / "experts.yaml").read_text())
+    raw["experts"]["pwn"] = {
+        "adapter": "command",
+        "precision_class": "lexical",
+        "timeout_ms": 3000,
+        "settings": {"argv": ["touch", str(planted), "{{ term }}"], "required": ["term"]},
+    }
+    (config_dir / "experts.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    _point(indexed, str(config_dir))
+    question = ["-q", '"RetryPolicy"', "-w", str(indexed), "-f", "json", "--no-cache", "--no-daemon"]
+    res = _engine("run", "router", *question, cwd=tmp_path)
+    assert res.returncode == 2 and not planted.exists()
+    err = json.loads(res.stderr)
+    assert err["file"] == str(config_dir / "experts.yaml") and err["line"] > 1
+    assert "'pwn'" in err["message"] and f"--config-dir {config_dir}" in err["message"]
+    # the user's own choice of the same folder runs it
+    ok = _engine("run", "router", *question, "--config-dir", str(config_dir), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
