@@ -425,7 +425,7 @@ def parse_request(data: Any) -> Request:
         fld = ".".join(str(p) for p in path) or "(request)"
         raise InvalidRequest(f"{fld}: {_schema_message(err, fld)}", field=fld)
     _check_request_values(data)
-    scope, budget = data.get("scope", {}), data.get("budget", {})
+    scope, budget = data.get("scope", {}), _integral(data.get("budget", {}), ("latency_ms", "max_experts"))
     intent = data.get("intent")
     return Request(
         question=data["question"],
@@ -434,11 +434,22 @@ def parse_request(data: Any) -> Request:
         budget=Budget(**budget),
         expected_shape=data.get("expected_shape", "ranked-evidence"),
         mode=data.get("mode", "fused"),
-        limit=data.get("limit", 10),
+        limit=_integral(data, ("limit",)).get("limit", 10),
         format=data.get("format", "json"),
         session_id=data.get("session_id"),
         no_cache=data.get("no_cache", False),
     )
+
+
+def _integral(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``d`` with its integer fields as ints: JSON Schema's ``integer`` admits ``3.0`` and ``1e2``
+    (a JSON client may send any number form), and a float limit broke slicing past the schema."""
+    out = dict(d)
+    for k in keys:
+        v = out.get(k)
+        if isinstance(v, float):  # validated: an integral value
+            out[k] = int(v)
+    return out
 
 
 #: request shapes (every field but the question, canonical JSON) that passed the schema: a client

@@ -50,6 +50,20 @@ def test_small_cases_are_invalid_requests_with_a_clear_reason(
     assert all(o["status"] != "malformed" for o in r.response["receipt"]["per_expert"].values())
 
 
+def test_integral_numbers_are_integers_in_any_json_form(indexed: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: JSON Schema's integer admits 3.0 and 1e2; `limit: 3.0` broke a
+    slice after the schema (internal error, no receipt), `max_experts: 2.0` failed the gate."""
+    r = ask(config_dir, indexed, '"RetryPolicy"', limit=3.0, budget={"max_experts": 2.0, "latency_ms": 2e3})
+    assert r.error is None and 0 < len(r.response["items"]) <= 3
+    receipt = r.response["receipt"]
+    assert receipt["request"]["limit"] == 3 and type(receipt["request"]["limit"]) is int
+    assert {k: receipt["request"]["budget"][k] for k in ("latency_ms", "max_experts")} == {
+        "latency_ms": 2000,
+        "max_experts": 2,
+    }
+    assert len(receipt["experts_selected"]["selected"]) <= 2 and plain_pynacl_verify(receipt)
+
+
 def test_cli_unknown_scope_language_exits_2_listing_the_known_ones(workspace_dir: Path, config_dir: Path) -> None:
     res = _cli(
         *("run", str(config_dir / "pipelines/router.yaml"), "-w", str(workspace_dir)),
