@@ -160,13 +160,18 @@ async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: 
 def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCError | None]:
     """One wire line → (a message for the session, or the error to answer it with)."""
     try:
-        return types.jsonrpc_message_adapter.validate_json(line, by_name=False), None
+        msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        # a request whose id is not a string or an integer (true, 1.5) parses as a notification,
+        # which JSON-RPC answers with nothing: the client would wait forever
+        if not isinstance(msg, types.JSONRPCNotification) or b'"id"' not in line or not _has_id(line):
+            return msg, None
+        return None, _wire_error(None, types.INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
     except pydantic.ValidationError:
         pass  # the SDK's parser is strict (jiter); read it again with Python's to say what is wrong
     try:
         data = json.loads(line.decode("utf-8", "replace"))
-    except ValueError as exc:
-        return None, _wire_error(None, types.PARSE_ERROR, f"Parse error: {exc}")
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python's parser goes
+        return None, _wire_error(None, types.PARSE_ERROR, f"Parse error: {type(exc).__name__}: {str(exc)[:200]}")
     try:
         return types.jsonrpc_message_adapter.validate_python(data, by_name=False), None
     except pydantic.ValidationError:
@@ -175,6 +180,14 @@ def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCE
             return None, None  # a broken notification: JSON-RPC answers nothing
         rid = rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
         return None, _wire_error(rid, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
+def _has_id(line: bytes) -> bool:
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "id" in data
 
 
 def _wire_error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError:

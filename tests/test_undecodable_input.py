@@ -146,6 +146,14 @@ def test_mcp_stdio_answers_every_line(ws: Workspace, tmp_path: Path) -> None:
         assert invalid["id"] == 7 and invalid["error"]["code"] == -32600
         wire.send(b"[1, 2")  # a torn batch
         assert wire.reply()["error"]["code"] == -32700
+        # found by an exploratory run: ids that are neither a string nor an integer got no reply
+        # (parsed as notifications), and nesting past Python's parser killed the server
+        for bad_id in (b"true", b"1.5"):
+            wire.send(b'{"jsonrpc":"2.0","id":' + bad_id + b',"method":"tools/list"}')
+            bad = wire.reply()
+            assert bad["id"] is None and bad["error"]["code"] == -32600
+        wire.send(b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":' + b"[" * 1200 + b"]" * 1200 + b"}")
+        assert wire.reply()["error"]["code"] == -32700
 
         tools = wire.request(3, "tools/list", {})  # still serving
         assert {"router", "receipt", "feedback"} <= {t["name"] for t in tools["result"]["tools"]}
