@@ -25,7 +25,9 @@ import hmac
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -113,8 +115,11 @@ def build_server(
     )
 
 
-async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
-    """Serve ``server`` over newline-delimited JSON-RPC until stdin closes.
+async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int | None:
+    """Serve ``server`` over newline-delimited JSON-RPC until stdin closes, or (serving the
+    process's own stdio) until SIGTERM, SIGHUP or SIGINT: then returns the signal's number, after
+    the server's lifespan has closed (the caller must not wait for the stdin reader: a worker
+    thread blocked in ``readline`` until the client closes the pipe).
 
     While serving, fd 0 reads the null device and fd 1 writes to stderr, so child processes and a
     stray ``print`` (ours or a library's) cannot touch the wire; the wire is a private duplicate
@@ -144,10 +149,25 @@ async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: 
                 data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await anyio.to_thread.run_sync(_write_line, wire_out, data)
 
+    got: list[int] = []
+
+    async def on_signal(scope: anyio.CancelScope) -> None:
+        # SIGTERM / SIGHUP / SIGINT end the server as a closed stdin does: the session is cancelled,
+        # the lifespan flushes and closes the Router (which ends every expert's process tree); the
+        # default handlers killed it on the spot and left the experts' children running
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as received:
+            async for signum in received:
+                log.info("stdio server: %s, shutting down", signal.Signals(signum).name)
+                got.append(signum)
+                scope.cancel()
+                return
+
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             tg.start_soon(writer)
+            if restore is not None and threading.current_thread() is threading.main_thread():
+                tg.start_soon(on_signal, tg.cancel_scope)
             # the session gets its own clone: closing it leaves the reader's error replies a way out
             await server.run(read_recv, write_send.clone(), server.create_initialization_options())
             await write_send.aclose()
@@ -155,6 +175,7 @@ async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: 
     finally:
         if restore is not None:
             restore()
+    return got[0] if got else None
 
 
 def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCError | None]:

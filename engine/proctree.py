@@ -84,10 +84,25 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+_SWEEPS: set[threading.Thread] = set()
+
+
 def kill_tagged_soon(tag: str) -> None:
     """:func:`kill_tagged` from a thread, so the caller does not wait for the ``/proc`` scan (a
-    non-daemon thread: it finishes before the process exits)."""
-    threading.Thread(target=kill_tagged, args=(tag,), name=f"kill-{tag[-8:]}").start()
+    non-daemon thread: it finishes before the process exits, unless it ends by ``os._exit``: see
+    :func:`join_sweeps`)."""
+    thread = threading.Thread(target=kill_tagged, args=(tag,), name=f"kill-{tag[-8:]}")
+    _SWEEPS.add(thread)
+    thread.start()
+    for done in [t for t in _SWEEPS if not t.is_alive() and t is not thread]:
+        _SWEEPS.discard(done)
+
+
+def join_sweeps(timeout_s: float = 5.0) -> None:
+    """Wait for the sweeps started so far (before an ``os._exit``, which would cut them short)."""
+    for thread in list(_SWEEPS):
+        thread.join(timeout_s)
+        _SWEEPS.discard(thread)
 
 
 def kill_tree_soon(pid: int, tag: str) -> None:

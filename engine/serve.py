@@ -28,6 +28,7 @@ import ipaddress
 import json
 import logging
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -39,6 +40,7 @@ import anyio
 from . import __version__
 from .errors import EngineError, InvalidRequest, SpecError, StoreError
 from .mcp_server import ToolReply, ToolSpec, UnknownTool, build_server, run_http, run_stdio
+from .proctree import join_sweeps
 from .render import render
 from .runtime import Router, RunResult
 from .spec import load_schema
@@ -341,7 +343,12 @@ def serve(
         )
 
     if transport == "stdio":
-        anyio.run(run_stdio, make_server(config_dir, workspace, config_source=config_source))
+        signum = anyio.run(run_stdio, make_server(config_dir, workspace, config_source=config_source))
+        if signum is not None:  # the Router is closed and flushed; the stdin reader thread is not
+            join_sweeps()  # the experts' process trees, swept from threads os._exit would cut short
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)
         return
     from .ui import ui_app  # the pages (docs/ui.md): only the HTTP transport serves them
 

@@ -4,6 +4,11 @@ at its deadline, and when it exits leaving a child behind. The p99 budget overru
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -94,3 +99,49 @@ def test_kill_tagged_finds_a_process_that_left_the_group() -> None:
         assert proc.returncode == -9 and tagged_pids(tag) == []
     finally:
         proc.kill()
+
+
+SERVED_SETSID = "34.1421"
+SERVED_CHILD = "35.2360"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signalled_stdio_server_ends_its_experts_process_trees(repo: Path, tmp_path: Path, signum: int) -> None:
+    """Found by an exploratory run: SIGTERM (and SIGHUP) killed `engine serve` on the spot and left
+    a call's expert processes running under init; SIGINT left it alive and deaf. Now a signal ends
+    it the way a closed stdin does: the Router closes and ends every expert's process tree."""
+    code = (
+        f"import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '{SERVED_SETSID}'])\n"
+        f"subprocess.Popen(['sleep', '{SERVED_CHILD}'])\ntime.sleep(60)\n"
+    )
+    cfg = config_with(tmp_path / "cfg", {"hanger": command_expert(code, timeout_ms=60_000)})
+    argv = [sys.executable, "-m", "engine.cli", "serve", "--workspace", str(repo), "--config-dir", str(cfg)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "identifier", "arguments": {"question": '"handler"'}},
+        },
+    ):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+    try:
+        end = time.monotonic() + 30
+        while not (leftovers(SERVED_SETSID) and leftovers(SERVED_CHILD)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert leftovers(SERVED_SETSID) and leftovers(SERVED_CHILD), "the expert never started"
+        proc.send_signal(signum)
+        proc.wait(timeout=20)  # it ends (SIGINT used to leave it running, deaf)
+        assert _gone(SERVED_SETSID, 5.0) and _gone(SERVED_CHILD, 5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in leftovers(SERVED_SETSID) + leftovers(SERVED_CHILD):
+            os.kill(pid, signal.SIGKILL)
