@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ExpertOutputError, ExpertUnconfigured
+from ..errors import ExpertFailed, ExpertOutputError, ExpertUnconfigured
 from ..index.termstats import term_stats
 from ..index.tokenize import code_tokens
 from ..types import Evidence, Query
@@ -219,6 +219,20 @@ class RipgrepExpert(Expert):
         if not targets:
             return []
         bases.sort(key=lambda b: -len(b[0]))  # the longest root first: no project is a prefix of another
+        try:
+            return await self._run(query, plan, found, bases, targets)
+        except ExpertFailed as exc:
+            if plan["mode"] != "regex" or "regex parse error" not in exc.message:
+                raise
+        # the question's /regex/ is not one rg can parse: the user's mistake, not an engine failure.
+        # Search its text literally, and say so in the sub-query (the receipt)
+        plan["regex_error"] = "rg could not parse the pattern as a regex; searched as literal text"
+        plan["mode"] = "fixed"
+        return await self._run(query, plan, found, bases, targets)
+
+    async def _run(
+        self, query: Query, plan: dict[str, Any], found: Found, bases: list[tuple[str, str]], targets: list[str]
+    ) -> list[Evidence]:
         parser = _Stream(self, plan, bases)
         found.keep(lambda: parser.evidence(query.limit))
         argv = self._argv(plan)

@@ -81,3 +81,14 @@ def test_router_answers_a_lower_case_quote_with_the_title_case_line(repo: Path, 
     ranked = [it["path"] for it in r.response["items"]]
     assert ranked.index("net/client.py") < ranked.index("net/refused.py")
     assert r.response["receipt"]["sub_queries"]["ripgrep"]["mode"] == "fixed-smart-case"
+
+
+async def test_a_regex_rg_cannot_parse_is_searched_as_literal_text(repo: Path) -> None:
+    """Found by an exploratory run: `/[unclosed/` made ripgrep `internal` (rg exited 2), counted
+    against the expert's error rate for the user's typo. Its text is searched literally instead."""
+    (repo / "net" / "pattern.py").write_text("BROKEN = '[unclosed'\n")
+    items, plan = await grep(Workspace.open([repo]), "lines matching /[unclosed/")
+    assert plan["mode"] == "fixed" and "searched as literal text" in plan["regex_error"]
+    assert [e.path for e in items] == ["net/pattern.py"]
+    items, plan = await grep(Workspace.open([repo]), "lines matching /Refuse[d]/")  # a good one stays a regex
+    assert plan["mode"] == "regex" and "regex_error" not in plan and items
