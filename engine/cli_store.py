@@ -23,8 +23,30 @@ receipts_app = typer.Typer(no_args_is_help=True, help="List, show and verify sto
 keys_app = typer.Typer(no_args_is_help=True, help="The signing key and the public keys verification pins.")
 store_app = typer.Typer(no_args_is_help=True, help="The store's health, repair and per-expert stats.")
 
-Since = Annotated[str | None, typer.Option(help="ISO time, inclusive (e.g. 2026-12-01T00:00:00+00:00)")]
-Until = Annotated[str | None, typer.Option(help="ISO time, exclusive")]
+
+def _instant(value: str | None) -> str | None:
+    """An ISO time as the stores' ``created_at`` form (UTC, milliseconds): the bounds compare as
+    text, so ``20:00+01:00`` must become ``19:00Z`` first; a time without an offset is UTC."""
+    if value is None:
+        return None
+    from datetime import UTC, datetime
+
+    from .store.records import timestamp
+
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO time (e.g. 2026-12-01T19:00:00+00:00 or 2026-12-01)"
+        ) from None
+    return timestamp(when if when.tzinfo is not None else when.replace(tzinfo=UTC))
+
+
+Since = Annotated[
+    str | None,
+    typer.Option(help="ISO time, inclusive (e.g. 2026-12-01T00:00:00+00:00; no offset: UTC)", callback=_instant),
+]
+Until = Annotated[str | None, typer.Option(help="ISO time, exclusive", callback=_instant)]
 
 
 def _data_dir(workspace: list[Path] | None) -> Path:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,17 @@ def test_cli_run_json_and_receipts_verify(indexed: Path, config_dir: Path) -> No
     assert response_validator().is_valid(resp)
     listed = _cli(["receipts", "list", "-w", str(indexed), "-f", "json"], cwd=indexed)
     assert resp["receipt"]["receipt_id"] in listed.stdout
+    # window bounds are instants, whatever their offset (they were compared as text: found by an
+    # exploratory run), and a bound that is not a time is an error, not an empty list
+    made = datetime.fromisoformat(resp["receipt"]["created_at"])
+    for since, shown in ((made - timedelta(seconds=1), True), (made + timedelta(seconds=1), False)):
+        for tz in (UTC, timezone(timedelta(hours=1))):
+            res = _cli(
+                ["receipts", "list", "-w", str(indexed), "-f", "json", "--since", since.astimezone(tz).isoformat()],
+                cwd=indexed,
+            )
+            assert res.returncode == 0 and (resp["receipt"]["receipt_id"] in res.stdout) is shown, (since, tz)
+    assert _cli(["receipts", "list", "-w", str(indexed), "--since", "garbage!!"], cwd=indexed).returncode == 2
     verified = _cli(["receipts", "verify", "-w", str(indexed)], cwd=indexed)
     assert verified.returncode == 0 and json.loads(verified.stdout)["invalid"] == []
     for fmt in ("markdown", "toon"):
