@@ -121,7 +121,7 @@ def index(
     only: Annotated[list[str] | None, typer.Option("--only", help="Index only these experts.")] = None,
     fmt: TableFormatOpt = "text",
     watch_: Annotated[bool, typer.Option("--watch", help="Keep indexing changes until interrupted.")] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.")] = 0.5,
+    interval: Annotated[float, typer.Option(help="Seconds between scans with --watch.", min=0.05)] = 0.5,
     background: Annotated[
         bool,
         typer.Option(
@@ -407,6 +407,15 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(store_app, name="store")
 
 
+def _os_problem(exc: OSError) -> str:
+    """An OSError as one line that names the file and what is wrong with it."""
+    what = exc.strerror or type(exc).__name__
+    if exc.filename is None and isinstance(exc, FileNotFoundError):
+        return f"{what}: the current directory no longer exists? (cd somewhere that does)"
+    where = f": {exc.filename}" if exc.filename is not None else ""
+    return f"{what}{where} (check the data dir, ENGINE_HOME, and the permissions of that path)"
+
+
 def main() -> None:
     """The console script: every exit is 0, 1 or 2 (see the module docstring)."""
     try:
@@ -414,6 +423,11 @@ def main() -> None:
     except EngineError as exc:  # one a command did not catch itself
         typer.echo(json.dumps(exc.to_dict(), ensure_ascii=False), err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the machine, not a bug: a data dir that is a file or read-only, a gone cwd
+        typer.echo(
+            json.dumps({"error": "environment_error", "message": _os_problem(exc)}, ensure_ascii=False), err=True
+        )
+        sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - a bug: say so in the same shape, keep the traceback for the report
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"

@@ -56,3 +56,17 @@ def test_a_bug_is_internal_error_exit_1(monkeypatch: pytest.MonkeyPatch, capsys:
         "message": "RuntimeError: a bug, not a user mistake",
     }
     assert "Traceback" in err  # kept for the bug report
+
+
+@pytest.mark.parametrize("verb", [["index"], ["store", "status"]])
+def test_a_data_dir_that_is_a_file_is_an_environment_error_not_a_traceback(tmp_path: Path, verb: list[str]) -> None:
+    """Found by an exploratory run: `.engine` being a file (or ENGINE_HOME a read-only path) gave
+    a NotADirectoryError traceback as an `internal_error`."""
+    ws = tmp_path / "ws"
+    (ws / "app").mkdir(parents=True)
+    (ws / "app" / "x.py").write_text("x = 1\n")
+    (ws / ".engine").write_text("not a folder\n")
+    res = run(*verb, "--workspace", str(ws), cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    err = json.loads(res.stderr.strip().splitlines()[-1])
+    assert err["error"] == "environment_error" and ".engine" in err["message"]
