@@ -46,7 +46,8 @@ def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withhel
     """Project-relative paths ``rg --files`` lists (no symlink followed), minus excluded folders and,
     unless ``withheld``, the files the policy's name rules withhold."""
     policy = policy or DEFAULT_NAMES
-    argv = [rg_binary(), "--files", "--no-config", "--max-filesize", str(MAX_FILE_BYTES)]
+    # NUL-separated: a file name may hold a newline (it was split in two and never indexed)
+    argv = [rg_binary(), "--files", "--null", "--no-config", "--max-filesize", str(MAX_FILE_BYTES)]
     for g in () if withheld else policy.globs:
         argv += ["--glob", f"!{g}"]
     try:
@@ -56,7 +57,7 @@ def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withhel
     if res.returncode not in (0, 1):
         raise IndexingError(f"rg --files failed in {project.root}: {res.stderr.decode(errors='replace')[-300:]}")
     paths = []
-    for raw in res.stdout.decode("utf-8", "replace").splitlines():
+    for raw in res.stdout.decode("utf-8", "replace").split("\0"):
         p = raw[2:] if raw.startswith("./") else raw
         if p and not in_excluded_dir(p) and (withheld or not is_excluded(p)):
             paths.append(p)
