@@ -24,6 +24,30 @@ from .errors import SchemaError
 _FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class DuplicateKey(yaml.constructor.ConstructorError):  # type: ignore[misc]
+    """A mapping names the same key twice: YAML keeps the last silently (``k: 60`` … ``k: 5``)."""
+
+
+class _Loader(_FAST_LOADER):  # type: ignore[misc]
+    """The fast loader, refusing a key given twice in one mapping."""
+
+
+def _mapping_without_duplicates(loader: Any, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        try:
+            first = seen.setdefault(key, key_node.start_mark.line)
+        except TypeError:  # an unhashable key: the constructor below says what is wrong with it
+            continue
+        if first != key_node.start_mark.line:
+            raise DuplicateKey(None, None, f"key {key!r} given twice (first on line {first + 1})", key_node.start_mark)
+    return loader.construct_mapping(node)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 @cache
 def load_schema(name: str) -> dict[str, Any]:
     """One of the JSON Schemas shipped in the package: request, response, receipt, experts, priors, pipeline."""
@@ -95,7 +119,12 @@ def load_yaml(file: Path, schema: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SchemaError(f"cannot read: {exc}", file=str(file)) from None
     try:
-        data = yaml.load(text, Loader=_FAST_LOADER)
+        data = yaml.load(text, Loader=_Loader)
+    except DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise SchemaError(
+            f"not valid config: {exc.problem}", file=str(file), line=mark.line + 1 if mark else None
+        ) from None
     except yaml.YAMLError:
         try:  # the pure-Python parser words the problem and marks its line as this loader always has
             yaml.safe_load(text)

@@ -163,3 +163,24 @@ def test_engine_validate_prints_file_and_line(config_dir: Path, tmp_path: Path) 
     line = _line_with(priors, "nosuch")
     assert err["line"] == line and err["file"] == str(priors) and err["path"] == "classes/identifier/nosuch"
     assert err["message"].startswith(f"{priors}:{line} at classes/identifier/nosuch: unknown expert 'nosuch'")
+
+
+@pytest.mark.parametrize("rel", FILES)
+def test_a_key_given_twice_is_an_error_at_its_second_line(config_dir: Path, rel: str) -> None:
+    """Found by an exploratory run: `k: 60` then `k: 5` in priors.yaml validated OK, the last
+    winning silently. Every block key of the shipped files, repeated right after its own line."""
+    file = config_dir / rel
+    original = file.read_text()
+    lines = original.splitlines()
+    checked = 0
+    for line, col, key, value in _block_keys(original):
+        if not (isinstance(value, yaml.ScalarNode) and value.start_mark.line == line):
+            continue  # a one-line `key: value` only: repeat that line
+        twice = [*lines[: line + 1], " " * col + lines[line][col:], *lines[line + 1 :]]
+        file.write_text("\n".join(twice) + "\n")
+        with pytest.raises(SchemaError) as err:
+            _validate(config_dir)
+        assert _where(err.value) == (Path(rel).name, line + 2) and "given twice" in err.value.message, key.value
+        checked += 1
+    file.write_text(original)
+    assert checked > 5
