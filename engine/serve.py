@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from jsonschema import Draft202012Validator
 
 from . import __version__
 from .errors import EngineError, InvalidRequest, SpecError, StoreError
@@ -65,8 +66,18 @@ FEEDBACK_SCHEMA = {
     "required": ["receipt_id", "useful_item_ids"],
     "properties": {
         "receipt_id": {"type": "string", "minLength": 1, "maxLength": 200},
-        "useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
-        "not_useful_item_ids": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
+        "useful_item_ids": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 200},
+            "maxItems": 200,
+            "uniqueItems": True,
+        },
+        "not_useful_item_ids": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 200},
+            "maxItems": 200,
+            "uniqueItems": True,
+        },
         "note": {"type": "string", "maxLength": 4000},
         "session_id": {"type": "string", "maxLength": 200},
     },
@@ -169,6 +180,7 @@ class RouterTools:
                 "(`not_useful_item_ids`), and a note. Improves routing over time.",
                 FEEDBACK_SCHEMA,
                 read_only=False,
+                title="feedback: which items helped",
             )
         )
         tools.append(
@@ -177,6 +189,7 @@ class RouterTools:
                 "Look up a signed receipt by `receipt_id`: which experts ran, why, what "
                 "they were asked, their status and latency, and the config version.",
                 RECEIPT_SCHEMA,
+                title="receipt: look one up",
             )
         )
         return tools
@@ -216,22 +229,22 @@ class RouterTools:
         self._dirty.set()
 
     async def _feedback(self, args: dict[str, Any]) -> ToolReply:
-        rid, ids = args.get("receipt_id"), args.get("useful_item_ids")
-        if not isinstance(rid, str) or not rid:
-            return _error("invalid_request", "receipt_id (a non-empty string) is required", field="receipt_id")
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            return _error("invalid_request", "useful_item_ids (a list of strings) is required", field="useful_item_ids")
-        bad = args.get("not_useful_item_ids", [])
-        if not isinstance(bad, list) or not all(isinstance(i, str) for i in bad):
-            return _error("invalid_request", "not_useful_item_ids: a list of strings", field="not_useful_item_ids")
-        session = args.get("session_id")
+        problem = _arguments_problem(FEEDBACK_SCHEMA, args)  # the tool's own input schema, enforced
+        if problem is not None:
+            return _error("invalid_request", problem[1], field=problem[0])
+        rid, ids, bad = args["receipt_id"], args["useful_item_ids"], args.get("not_useful_item_ids", [])
+        both = sorted(set(ids) & set(bad))
+        if both:
+            return _error(
+                "invalid_request", f"marked both useful and not useful: {both[:5]}", field="not_useful_item_ids"
+            )
         fb = Feedback(
             feedback_id=uuid.uuid4().hex,
             receipt_id=rid,
             useful_item_ids=tuple(ids),
             not_useful_item_ids=tuple(bad),
-            note=str(args.get("note") or "")[:4000],
-            session_id=session if isinstance(session, str) else None,
+            note=str(args.get("note") or ""),
+            session_id=args.get("session_id"),
         )
         try:  # the store refuses a receipt it does not hold and ids not in that receipt's answer
             await anyio.to_thread.run_sync(lambda: self.router.record_feedback(fb))
@@ -244,9 +257,10 @@ class RouterTools:
         )
 
     async def _receipt(self, args: dict[str, Any]) -> ToolReply:
-        rid = args.get("receipt_id")
-        if not isinstance(rid, str) or not rid:
-            return _error("invalid_request", "receipt_id (a non-empty string) is required", field="receipt_id")
+        problem = _arguments_problem(RECEIPT_SCHEMA, args)
+        if problem is not None:
+            return _error("invalid_request", problem[1], field=problem[0])
+        rid = args["receipt_id"]
         try:
             body = await self._receipt_body(rid)
         except StoreError as exc:
@@ -267,6 +281,23 @@ class RouterTools:
                 await anyio.to_thread.run_sync(self.router.flush)
             except Exception:  # noqa: BLE001 - a failed flush is retried on the next answer
                 log.exception("flush failed")
+
+
+def _arguments_problem(schema: dict[str, Any], args: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, what is wrong) for arguments that break ``schema``, in a few words: never the value
+    itself (a 1 MB note is not echoed back)."""
+    err = next(iter(sorted(Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.absolute_path))), None)
+    if err is None:
+        return None
+    field = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
+    said = {
+        "maxLength": f"longer than {err.validator_value} characters",
+        "minLength": "empty",
+        "maxItems": f"more than {err.validator_value} items",
+        "uniqueItems": "lists an id twice",
+        "type": f"must be {err.validator_value}",
+    }.get(str(err.validator), err.message[:300])
+    return field, f"{field}: {said}"
 
 
 def _error(code: str, message: str, **context: Any) -> ToolReply:

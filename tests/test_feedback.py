@@ -53,6 +53,15 @@ async def test_feedback_over_mcp_names_a_real_receipt_and_its_items(ws: Workspac
         mixed = await feedback(receipt_id=rid, useful_item_ids=[ids[0], "made-up-id"])
         assert refused(mixed, "useful_item_ids") and "made-up-id" in mixed.content[0].text
         assert refused(await feedback(receipt_id=rid, useful_item_ids="not-a-list"), "useful_item_ids")
+        # the tool's own input schema holds (found by an exploratory run: all of these were accepted)
+        assert refused(await feedback(receipt_id=rid, useful_item_ids=ids[:1], foo=1), "(arguments)")
+        assert refused(await feedback(receipt_id=rid, useful_item_ids=ids[:1] * 2), "useful_item_ids")
+        assert refused(await feedback(receipt_id=rid, useful_item_ids=[], note=7), "note")
+        long_note = await feedback(receipt_id=rid, useful_item_ids=[], note="n" * 5000)
+        assert refused(long_note, "note") and "n" * 100 not in long_note.content[0].text  # never echoed
+        assert refused(await feedback(receipt_id=rid, useful_item_ids=[], session_id=3), "session_id")
+        both = await feedback(receipt_id=rid, useful_item_ids=ids[:1], not_useful_item_ids=ids[:1])
+        assert refused(both, "not_useful_item_ids")
 
         # separate mode: any expert list's item may be named
         sep = (
