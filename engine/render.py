@@ -7,6 +7,7 @@ in content escaped as ``\\n``), then one receipt line. Fields are never dropped,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 TOON_FIELDS = (
@@ -38,7 +39,8 @@ def _sources(it: dict[str, Any]) -> str:
 def _esc(value: Any) -> str:
     if isinstance(value, list):
         value = ",".join(map(str, value))
-    return str(value if value is not None else "").replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n")
+    text = str(value if value is not None else "").replace("\r\n", "\n")
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n")
 
 
 def receipt_line(receipt: dict[str, Any]) -> str:
@@ -104,11 +106,22 @@ def to_markdown(response: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+#: control characters a terminal acts on (ESC sequences can clear the screen, retitle the window
+#: or write the clipboard): a file's content is shown, never obeyed. Newline and tab stay.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with CRLF line ends as LF and every other control character as a visible ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
 def render(response: dict[str, Any], fmt: str) -> str:
+    """The response as JSON (escaped by JSON itself), markdown or toon (:func:`terminal_safe`)."""
     if fmt == "markdown":
-        return to_markdown(response)
+        return terminal_safe(to_markdown(response))
     if fmt == "toon":
-        return to_toon(response)
+        return terminal_safe(to_toon(response))
     return json.dumps(response, ensure_ascii=False, indent=2)
 
 

@@ -104,3 +104,41 @@ def test_receipts_list_shows_time_class_status_question_and_count(indexed: Path,
     assert all(isinstance(r["result_count"], int) and r["class"] for r in listed)
     for row, data in zip(rows, listed, strict=True):
         assert data["created_at"][:19] in row and f" {data['result_count']} " in row
+
+
+def test_markdown_and_toon_never_pass_terminal_control_sequences_through() -> None:
+    """Found by an exploratory run: a file holding ESC sequences (clear screen, an OSC window
+    title — or an OSC 52 clipboard write) reached the terminal raw in markdown and toon output."""
+    from engine.render import render
+
+    evil = "x = 1\x1b[2J\x1b]0;pwned\x07\r\ny = 2\x9b31m\n"
+    item = {
+        "id": "i1",
+        "rank": 1,
+        "path": "a.py",
+        "project": "p",
+        "range": {"start_line": 1, "end_line": 2},
+        "kind": "chunk",
+        "content": evil,
+        "score": 1.0,
+        "subscores": {},
+        "flags": [],
+        "sources": [],
+        "tier": "single-source",
+        "nuance": "n",
+    }
+    receipt = {
+        "receipt_id": "r",
+        "status": "ok",
+        "classifier": {"class": "conceptual"},
+        "config_version": "v" * 12,
+        "cache": {"hit": False},
+        "budget": {"spent": {"latency_ms": 1.0}},
+        "per_expert": {},
+    }
+    response = {"items": [item], "receipt": receipt}
+    for fmt in ("markdown", "toon"):
+        out = render(response, fmt)
+        assert not any(c in out for c in "\x1b\x07\r\x9b"), fmt
+        assert "\\x1b[2J" in out and "y = 2" in out
+    assert json.loads(render(response, "json"))["items"][0]["content"] == evil  # JSON escapes it itself
