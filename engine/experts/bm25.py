@@ -209,7 +209,9 @@ class BM25Expert(IndexedExpert):
         for score, addr in searcher.search(q, fetch).hits:
             d = searcher.doc(addr).to_dict()
             project, path = d["project"][0], d["path"][0]
-            if scoped and not in_scope(path, query.scope):
+            # a project this workspace names otherwise (indexed with another set of roots: two
+            # roots of one name are named by their parent folder too) is not one of the query's
+            if project not in by_name or (scoped and not in_scope(path, query.scope)):
                 continue
             flags = self.stale_flags(by_name[project], path)
             symbol = d["symbol"][0] or None

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.config import load_config
 from engine.errors import ExpertUnavailable
+from engine.indexing import index_workspace
 
 from ..conftest import make_repo
 from ..symbol_repos import ask_expert, index
@@ -27,3 +29,31 @@ def test_an_index_never_built_is_still_unavailable(tmp_path: Path, config_dir: P
     make_repo(ws / "code", {"app.py": "def handler():\n    return 'hit'\n"})
     with pytest.raises(ExpertUnavailable, match="run `engine index`"):
         ask_expert(config_dir, ws, "docs", "how do I configure the handler")
+
+
+def test_an_index_built_for_other_roots_answers_for_the_projects_it_knows(
+    tmp_path: Path, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an exploratory run: indexed with `-w wsA`, asked with `-w wsA -w wsB` (two roots
+    named `app`, so now `wsA/app` and `wsB/app`), bm25 failed `malformed` (KeyError: 'app')."""
+    import anyio
+
+    from engine.runtime import Router
+    from engine.workspace import Workspace
+
+    monkeypatch.setenv("ENGINE_HOME", str(tmp_path / "home"))
+    a = make_repo(tmp_path / "wsA" / "app", {"a.py": "class ConnectionError(Exception):\n    pass\n"})
+    b = make_repo(tmp_path / "wsB" / "app", {"b.py": "raise ConnectionError()\n"})
+    index_workspace(Workspace.open([a]), load_config(config_dir), only=["bm25"], progress=False)
+    router = Router(config_dir, Workspace.open([a, b]))
+
+    async def go() -> dict:
+        try:
+            return (await router.run("identifier", {"question": '"ConnectionError"', "no_cache": True})).response
+        finally:
+            await router.aclose()
+
+    response = anyio.run(go)
+    router.flush()
+    assert response["receipt"]["per_expert"]["bm25"]["status"] == "ok"
+    assert {(it["project"], it["path"]) for it in response["items"]} >= {("wsA/app", "a.py"), ("wsB/app", "b.py")}
