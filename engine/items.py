@@ -14,8 +14,10 @@ All frozen: a node reads its inputs and writes new values, it never edits anothe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .types import Evidence, canonical_bytes, sha256_hex
@@ -215,17 +217,22 @@ class Confidence:
 
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
-    """What the answer cache keeps of a fused answer: its items, fusion section and confidence."""
+    """What the answer cache keeps of a fused answer: its items, fusion section and confidence, and
+    each item file's (project, path, mtime_ns, size) when it was kept (``files``): a hit
+    whose files changed since is a miss (the key sees HEADs and index generations, not a working
+    tree edited without `engine index`; the answer must not show lines a file no longer holds)."""
 
     items: tuple[AnswerItem, ...]
     fusion: Mapping[str, Any]
     confidence: Confidence | None
+    files: tuple[tuple[str, str, int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "items": [it.to_dict() for it in self.items],
             "fusion": dict(self.fusion),
             "confidence": self.confidence.to_dict() if self.confidence else {},
+            "files": [list(f) for f in self.files],
         }
 
     @classmethod
@@ -235,4 +242,22 @@ class CachedAnswer:
             items=tuple(AnswerItem.from_dict(it) for it in d.get("items") or ()),
             fusion=dict(d.get("fusion") or {}),
             confidence=Confidence.from_dict(conf) if conf else None,
+            files=tuple((str(p), str(f), int(m), int(n)) for p, f, m, n in d.get("files") or ()),
         )
+
+    def changed_file(self, roots: Mapping[str, Path]) -> str | None:
+        """The first item file (``project/path``) that changed or went since the answer was kept."""
+        for project, path, mtime, size in self.files:
+            root = roots.get(project)
+            if root is None or file_stamp(root / path) != (mtime, size):
+                return f"{project}/{path}"
+        return None
+
+
+def file_stamp(file: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a file, or None when it is gone."""
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size

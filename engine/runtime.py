@@ -38,7 +38,7 @@ from .graph import PipelineGraph, build_graph
 from .hints import HINT_LANE, HintBook
 from .index.build import read_head
 from .index.manifest import read_generation
-from .items import CachedAnswer
+from .items import CachedAnswer, file_stamp
 from .keys import KeyRing
 from .nodes.base import RunState
 from .nodes.receipt import write_receipt
@@ -423,7 +423,13 @@ class Router:
         key = state.cache.get("key")
         # kept only when the receipt says so: complete answers (engine.nodes.cache.not_kept)
         if key and (receipt.get("cache") or {}).get("kept"):
-            cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence).to_dict()
+            roots = {p.name: p.root for p in state.workspace.projects}
+            files = []
+            for project, path in dict.fromkeys((it.project, it.path) for it in state.fused if it.kind != "commit"):
+                stamp = file_stamp(roots[project] / path) if project in roots and path else None
+                if stamp is not None:
+                    files.append((project, path, *stamp))
+            cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence, tuple(files)).to_dict()
             entry = CacheEntry(
                 key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S
             )

@@ -67,6 +67,10 @@ class CacheNode(Node):
         hit = state.services.cached_answer(key)
         if hit is None:
             return None
+        changed = hit.changed_file({p.name: p.root for p in state.workspace.projects})
+        if changed is not None:  # a file it shows changed since (edited without `engine index`)
+            state.cache = {"hit": False, "key": key, "changed": changed}
+            return None
         state.cache = {"hit": True, "key": key}
         state.fused = list(hit.items)
         state.fusion_info = dict(hit.fusion)

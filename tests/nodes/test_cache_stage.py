@@ -94,3 +94,19 @@ def test_an_answer_an_expert_timed_out_in_is_answered_but_not_kept(indexed: Path
     third, fourth = _twice(config_dir, indexed, "identifier", '"RetryPolicy"')
     assert third.response["receipt"]["cache"]["kept"] is True and "not_kept" not in third.response["receipt"]["cache"]
     assert fourth.response["receipt"]["cache"]["hit"] is True
+
+
+def test_a_cached_answer_whose_file_changed_is_not_served(indexed: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: a file edited without `engine index` (HEAD and index generations
+    unchanged, so the same key) still got its old lines served from the cache."""
+    first, second = _twice(config_dir, indexed, "identifier", '"RetryPolicy"')
+    assert second.response["receipt"]["cache"]["hit"] is True
+    top = first.response["items"][0]
+    edited = next(p for p in indexed.iterdir() if p.name == top["project"]) / top["path"]
+    edited.write_text(edited.read_text() + "\n# edited, not re-indexed\n")
+    third = ask(config_dir, indexed, '"RetryPolicy"', pipeline="identifier", no_cache=False)
+    cache = third.response["receipt"]["cache"]
+    assert cache["hit"] is False and cache["changed"] == f"{top['project']}/{top['path']}"
+    assert third.response["receipt"]["per_expert"]  # answered afresh
+    fourth = ask(config_dir, indexed, '"RetryPolicy"', pipeline="identifier", no_cache=False)
+    assert fourth.response["receipt"]["cache"]["hit"] is True  # the fresh answer is kept in its place
