@@ -57,6 +57,8 @@ MEMO_SIZE = 256
 #: answers whose bookkeeping (events, cache row, flywheel, latency) waits for the next flush; past
 #: this many the next answer does it itself (a caller that never flushes keeps memory bounded)
 PENDING_ANSWERS = 64
+#: the request schema's question.maxLength
+MAX_QUESTION_CHARS = 65536
 #: flushes after which the heap built so far is collected, frozen out of the cyclic GC and trimmed
 #: (engine/heap.py), and how often it is trimmed besides. A one-shot `engine run` flushes once and
 #: never pays for it.
@@ -356,8 +358,12 @@ class Router:
         started: float,
     ) -> RunResult:
         question = raw.question if isinstance(raw, Request) else raw.get("question") if isinstance(raw, dict) else None
-        # undecodable text is receipted escaped: the signed body must be valid UTF-8 JSON
-        req = Request(question=escape_undecodable(question) if isinstance(question, str) else "")
+        # undecodable text is receipted escaped: the signed body must be valid UTF-8 JSON; a question
+        # refused for its length is receipted cut to the longest one accepted (never echoed whole)
+        text = escape_undecodable(question) if isinstance(question, str) else ""
+        if len(text) > MAX_QUESTION_CHARS:
+            text = f"{text[:MAX_QUESTION_CHARS]}…[+{len(text) - MAX_QUESTION_CHARS} chars]"
+        req = Request(question=text)
         state = RunState(
             request=req,
             config=cfg,

@@ -222,3 +222,21 @@ def test_size_cap_in_separate_mode_trims_the_longest_list_first() -> None:
     assert text.startswith("#truncated") and out["truncated"]["dropped_items"] >= 1
     assert kept["short"] == [1, 2] and kept["long"] == list(range(1, len(kept["long"]) + 1))
     assert len(kept["long"]) < 8
+
+
+def test_a_long_question_is_carried_once_in_its_receipt(indexed: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: a 64 KB quoted question went into the receipt five times (the
+    request, two sub-queries, the hint keys, the semantic text): 327 KB against the 80,000-character
+    answer cap. Repeats are cut; a question refused for its length is receipted cut too."""
+    from engine.nodes.receipt import REPEATED_TEXT_MAX
+    from tests.helpers import ask
+
+    question = '"' + "retry policy " * 4000 + '"'
+    receipt = ask(config_dir, indexed, question, pipeline="identifier").response["receipt"]
+    assert receipt["request"]["question"] == question  # the request, whole, once
+    size = len(json.dumps(receipt, ensure_ascii=False))
+    assert size < len(question) + 30_000, size
+    repeated = json.dumps(receipt["sub_queries"], ensure_ascii=False)
+    assert f"…[+{len(question) - 2 - REPEATED_TEXT_MAX}" in repeated or len(repeated) < 3 * REPEATED_TEXT_MAX
+    refused = ask(config_dir, indexed, "x" * 200_000).response
+    assert refused["receipt"]["status"] == "invalid_request" and len(json.dumps(refused)) < 70_000

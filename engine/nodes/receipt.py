@@ -20,6 +20,22 @@ from ..hints import HINT_LANE
 from .base import Node, RunState, node_kind
 from .cache import receipt_section
 
+#: what a receipt repeats of a long question — the experts' sub-queries, the hint keys — is cut at
+#: this many characters: the request keeps the question whole, once (a 64 KB question was carried
+#: five times, and its MCP answer dropped every item to fit)
+REPEATED_TEXT_MAX = 2000
+
+
+def bounded(value: Any, limit: int = REPEATED_TEXT_MAX) -> Any:
+    """``value`` with every string longer than ``limit`` cut, saying how much was left out."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}…[+{len(value) - limit} chars]"
+    if isinstance(value, dict):
+        return {k: bounded(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded(v, limit) for v in value]
+    return value
+
 
 def build_receipt(state: RunState) -> dict[str, Any]:
     req, sel, c = state.request, state.selection, state.classification
@@ -62,6 +78,10 @@ def build_receipt(state: RunState) -> dict[str, Any]:
         "returned": returned_items(state),
         "status": status,
     }
+    if len(req.question) > REPEATED_TEXT_MAX:  # only a long question makes long sub-queries
+        for key in ("sub_queries", "lanes", "hints", "trace"):
+            if key in receipt:
+                receipt[key] = bounded(receipt[key])
     if state.reserve_ms is not None:  # kept for after the experts' deadline (engine.deadlines)
         receipt["budget"]["reserved_ms"] = round(state.reserve_ms, 1)
     heads = state.heads.read() if state.heads is not None else None
