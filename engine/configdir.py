@@ -108,17 +108,20 @@ def resolve_run(
 ) -> tuple[ConfigRef, str | Path]:
     """``engine run PIPELINE``: the config folder and what to run in it (a pipeline name, or a file).
 
-    ``PIPELINE`` is an existing file (relative to ``cwd``), else a pipeline name (``router``),
+    ``PIPELINE`` is an existing file (relative to ``cwd``) when it looks like one (a ``.yaml`` name
+    or a path), else a pipeline name (``router``),
     else a file name inside the config folder (``pipelines/router.yaml``, ``router.yaml``), so the
     same command works from any directory.
     """
     given = Path(pipeline).expanduser()
     here = given if given.is_absolute() else cwd / given
-    if here.is_file():
+    # a file when it says so (a .yaml name or a path): a stray file named `router` in the current
+    # directory must not hijack `engine run router`
+    looks_like_file = given.suffix in _PIPELINE_SUFFIXES or len(given.parts) > 1
+    if looks_like_file and here.is_file():
         file = here.resolve()
         return resolve_config(explicit, roots, env=env, pipeline_file=file), file
     ref = resolve_config(explicit, roots, env=env)
-    looks_like_file = given.suffix in _PIPELINE_SUFFIXES or len(given.parts) > 1
     if not looks_like_file:
         return ref, pipeline
     for candidate in (ref.path / given, ref.path / "pipelines" / given.name):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .catchup import log_path, request, request_path, spawn
+from .errors import InvalidRequest
 from .experts import ExpertEnv, adapter_class
 from .experts.indexed import IndexedExpert
 from .index.build import (
@@ -34,6 +35,11 @@ from .spec import ConfigSet
 from .workspace import Workspace
 
 
+def _indexed_names(cfg: ConfigSet) -> str:
+    names = [n for n, spec in sorted(cfg.experts.items()) if spec.enabled and adapter_class(spec.adapter).needs_index]
+    return ", ".join(names)
+
+
 def index_workspace(
     ws: Workspace,
     cfg: ConfigSet,
@@ -51,6 +57,17 @@ def index_workspace(
     indexes' batches in the foreground instead (chunking and embedding on the cluster)."""
     env = ExpertEnv(ws)
     wanted = set(only or ())
+    for name in sorted(wanted):  # a typo must not be a silent no-op
+        spec = cfg.experts.get(name)
+        if spec is None:
+            raise InvalidRequest(f"--only {name}: no such expert; indexed experts: {_indexed_names(cfg)}", field="only")
+        if not adapter_class(spec.adapter).needs_index:
+            raise InvalidRequest(
+                f"--only {name}: it has no index (it searches live); indexed experts: {_indexed_names(cfg)}",
+                field="only",
+            )
+        if not spec.enabled:
+            raise InvalidRequest(f"--only {name}: it is disabled in experts.yaml", field="only")
     if executor is not None and executor.name != "local":
         background = False  # the cluster does the slow work; a detached local process would not use it
     experts = [

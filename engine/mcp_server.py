@@ -147,7 +147,12 @@ async def run_stdio(server: Server[Any], stdin: BinaryIO | None = None, stdout: 
         async with write_recv:
             async for session_message in write_recv:
                 data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await anyio.to_thread.run_sync(_write_line, wire_out, data)
+                try:
+                    await anyio.to_thread.run_sync(_write_line, wire_out, data)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away: nobody to answer
+                    log.info("stdio server: the client closed the pipe, shutting down")
+                    tg.cancel_scope.cancel()
+                    return
 
     got: list[int] = []
 

@@ -25,6 +25,8 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["eval", "compare", "{tmp}/nothing", "{tmp}/nothing"], 2, "invalid_eval"),
         (["eval", "compare", "{tmp}/bad.json", "{tmp}/bad.json"], 2, "invalid_eval"),
         (["index", "--workspace", "{tmp}/no-such-dir"], 2, "invalid_request"),
+        (["index", "--workspace", "{tmp}", "--only", "nosuch"], 2, "invalid_request"),  # was a silent no-op
+        (["index", "--workspace", "{tmp}", "--only", "ripgrep"], 2, "invalid_request"),  # has no index
         (["doctor", "--workspace", "{tmp}/no-such-dir"], 2, "invalid_request"),
         (["validate", "--config-dir", "{tmp}"], 2, "invalid_config"),
         (["schema", "nope"], 2, "invalid_config"),

@@ -203,3 +203,13 @@ def test_a_repository_config_may_not_enable_an_expert_that_runs_a_program(
     # the user's own choice of the same folder runs it
     ok = _engine("run", "router", *question, "--config-dir", str(config_dir), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_stray_file_named_like_a_pipeline_does_not_hijack_it(tmp_path: Path) -> None:
+    """Found by an exploratory run: a file `router` in the current directory made `engine run
+    router` fail as an invalid pipeline file. Only a .yaml name or a path is taken as a file."""
+    (tmp_path / "router").write_text("not a pipeline\n")
+    ref, target = resolve_run("router", None, [tmp_path], tmp_path, env={})
+    assert target == "router" and ref.source == "packaged"
+    (tmp_path / "mine.yaml").write_text("version: 1\n")
+    assert resolve_run("mine.yaml", None, [tmp_path], tmp_path, env={})[1] == (tmp_path / "mine.yaml").resolve()

@@ -145,3 +145,32 @@ def test_a_signalled_stdio_server_ends_its_experts_process_trees(repo: Path, tmp
             proc.wait()
         for pid in leftovers(SERVED_SETSID) + leftovers(SERVED_CHILD):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_client_that_goes_away_mid_call_ends_the_server_cleanly(repo: Path, tmp_path: Path) -> None:
+    """Found by an exploratory run: with both pipes closed mid-call, `engine serve` exited 1 with an
+    ExceptionGroup(BrokenPipeError) traceback. Nobody is left to answer: it ends, 0, quietly."""
+    code = "import time\ntime.sleep(1.5)\nprint('app.py:1:def handler():')\n"
+    cfg = config_with(tmp_path / "cfg", {"slow": command_expert(code)})
+    argv = [sys.executable, "-m", "engine.cli", "serve", "--workspace", str(repo), "--config-dir", str(cfg)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    call = {"name": "identifier", "arguments": {"question": '"handler"'}}
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+    ):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+    proc.stdout.readline()  # the initialize reply: the call is in flight now
+    proc.stdout.close()
+    proc.stdin.close()
+    try:
+        assert proc.wait(timeout=30) == 0
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
