@@ -218,14 +218,14 @@ class Confidence:
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
     """What the answer cache keeps of a fused answer: its items, fusion section and confidence, and
-    each item file's (project, path, mtime_ns, size) when it was kept (``files``): a hit
+    each item file's (project, path, mtime_ns, size, sha256) when it was kept (``files``): a hit
     whose files changed since is a miss (the key sees HEADs and index generations, not a working
     tree edited without `engine index`; the answer must not show lines a file no longer holds)."""
 
     items: tuple[AnswerItem, ...]
     fusion: Mapping[str, Any]
     confidence: Confidence | None
-    files: tuple[tuple[str, str, int, int], ...] = ()
+    files: tuple[tuple[str, str, int, int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -242,22 +242,31 @@ class CachedAnswer:
             items=tuple(AnswerItem.from_dict(it) for it in d.get("items") or ()),
             fusion=dict(d.get("fusion") or {}),
             confidence=Confidence.from_dict(conf) if conf else None,
-            files=tuple((str(p), str(f), int(m), int(n)) for p, f, m, n in d.get("files") or ()),
+            files=tuple((str(p), str(f), int(m), int(n), str(h)) for p, f, m, n, h in d.get("files") or ()),
         )
 
     def changed_file(self, roots: Mapping[str, Path]) -> str | None:
-        """The first item file (``project/path``) that changed or went since the answer was kept."""
-        for project, path, mtime, size in self.files:
+        """The first item file (``project/path``) whose content changed or went since the answer was
+        kept: a stat per file; its bytes are hashed only when the stat moved (an edit undone keeps
+        the answer)."""
+        for project, path, mtime, size, digest in self.files:
             root = roots.get(project)
-            if root is None or file_stamp(root / path) != (mtime, size):
+            now = file_stamp(root / path, with_digest=False) if root is not None else None
+            if now is not None and now[:2] == (mtime, size):
+                continue  # untouched
+            if root is None or now is None or now[1] != size:
+                return f"{project}/{path}"
+            again = file_stamp(root / path)
+            if again is None or again[2] != digest:
                 return f"{project}/{path}"
         return None
 
 
-def file_stamp(file: Path) -> tuple[int, int] | None:
-    """(mtime_ns, size) of a file, or None when it is gone."""
+def file_stamp(file: Path, *, with_digest: bool = True) -> tuple[int, int, str] | None:
+    """(mtime_ns, size, sha256 of the bytes — "" without ``with_digest``) of a file, or None when gone."""
     try:
         st = os.stat(file)
+        digest = sha256_hex(file.read_bytes()) if with_digest else ""
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_size, digest
