@@ -57,13 +57,17 @@ def _kind(c: str) -> int:
 
 def looks_random(value: str) -> bool:
     """A generated value that is not a name: :func:`looks_generated`, not a dotted reference
-    (``settings.OPENAI_API_KEY2``), at least two digits, and the character kind (lower, upper,
+    (``settings.OPENAI_API_KEY2``) or file name, at least two each of lower-case letters, upper-case
+    letters and digits (``sqlalchemy-2.1.9`` is a version), and the character kind (lower, upper,
     digit, other) changing at least every fourth character — random keys switch all the time,
     identifiers only at word boundaries (``getUserAccessTokenFromCache2``: 6 in 28)."""
     if not looks_generated(value) or _DOTTED_NAME.fullmatch(value) or _FILE_NAME.search(value):
         return False
-    switches = sum(1 for a, b in pairwise(value) if _kind(a) != _kind(b))
-    return switches * 4 >= len(value) and sum(c.isdigit() for c in value) >= 2
+    kinds = [_kind(c) for c in value]
+    if min(kinds.count(0), kinds.count(1), kinds.count(2)) < 2:  # two of each: lower, upper, digit
+        return False
+    switches = sum(1 for a, b in pairwise(kinds) if a != b)
+    return switches * 4 >= len(value)
 
 
 #: credentials detect-secrets does not know (docs/adr/0008-secrets-detector.md, third update):
@@ -115,8 +119,19 @@ _ENGINE_WORDS = (
 )
 
 
-def engine_findings(text: str) -> list[Finding]:
-    """:data:`ENGINE_RULES` findings in ``text`` (assignments only with a random-looking value).
+#: free text (a commit message, an external tool's snippet) is redacted, never withheld, so it
+#: may be read more loosely: a random-looking token a few words after a secret word ("set the aws
+#: secret to …", "new token: …")
+FREE_TEXT_RULE = (
+    "Secret In Text",
+    re.compile(rf"(?i){_SECRET_WORD}\S*(?:\s+\S+){{0,4}}?\s+[\"'`]?([A-Za-z0-9+/=_.~-]{{16,}})"),
+    True,
+)
+
+
+def engine_findings(text: str, *, free_text: bool = False) -> list[Finding]:
+    """:data:`ENGINE_RULES` findings in ``text`` (assignments only with a random-looking value;
+    ``free_text``: :data:`FREE_TEXT_RULE` too).
     The rules run on the lines that hold one of their words, found by ``str.find`` (a regex that
     starts with ``\\b`` or an alternation is scanned position by position: 1 s per rule for a
     70 MB repository, against ~0.1 s this way)."""
@@ -137,7 +152,7 @@ def engine_findings(text: str) -> list[Finding]:
         line = text[lo:hi]
         if _ALLOWLISTED.search(line):
             continue
-        for rule, rx, assignment in ENGINE_RULES:
+        for rule, rx, assignment in (*ENGINE_RULES, FREE_TEXT_RULE) if free_text else ENGINE_RULES:
             for m in rx.finditer(line):
                 value = m.group(1) if assignment else m.group(0)
                 if assignment and not looks_random(value):

@@ -175,7 +175,7 @@ class SecretsPolicy:
         (``key = "value"``) and the config rules (``key: value``) of the keyword plugin."""
         detector = Detector.get()
         found = [f for name in ([filename] if filename else FREE_TEXT_AS) for f in detector.findings(text, name)]
-        found += engine_findings(text)
+        found += engine_findings(text, free_text=not filename)
         if self.patterns:
             matches = [(m.start(), rx.pattern, m.group(0)) for rx in self.patterns for m in rx.finditer(text)]
             offsets = sorted({at for at, _, _ in matches})

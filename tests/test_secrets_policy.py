@@ -342,3 +342,18 @@ def test_credentials_detect_secrets_misses_are_withheld_and_redacted(name: str, 
 )
 def test_names_references_examples_and_allowlisted_lines_stay_searchable(text: str) -> None:
     assert SecretsPolicy().content_rule(text, "settings.py") is None
+
+
+def test_free_text_redacts_a_random_token_a_few_words_after_a_secret_word() -> None:
+    """A commit message is redacted, never withheld, so it is read more loosely than a file (found
+    by an exploratory run: "set aws secret to <key>" came back whole)."""
+    policy = SecretsPolicy()
+    out, n = policy.redact(f"rotate: set the aws secret to {_RANDOM} today")
+    assert n == 1 and out == "rotate: set the aws secret to [REDACTED] today"
+    for text in (
+        "Fix token refresh in a3f9c2d1e4b5 and bump secret_version to 12",
+        "Merge branch 'feature/token-cache'",
+    ):
+        assert policy.redact(text) == (text, 0)
+    # a file is judged by the stricter rules: a prose line like this does not withhold it
+    assert policy.content_rule(f"set the aws secret to {_RANDOM} today\n", "notes.md") is None
