@@ -309,9 +309,11 @@ def check_scope_path(
         return None
     if any(part in PRIVATE_DIRS for part in PurePosixPath(rel).parts):
         raise InvalidRequest(f"scope.path {rel!r} points into a private folder", field="scope.path")
+    found = False
     for project in projects:
         if not os.path.lexists(project.root / rel):
             continue
+        found = True
         real = contained(project.root, rel)
         if real is None:
             raise InvalidRequest(
@@ -324,4 +326,11 @@ def check_scope_path(
             rule = rule or policy.name_rule(rel)
             if rule:
                 raise InvalidRequest(f"scope.path {rel!r} names a withheld file ({rule})", field="scope.path")
+    if not found and projects:  # a typo answered "nothing found" looks like an answer
+        names = ", ".join(p.name for p in list(projects)[:5])
+        raise InvalidRequest(
+            f"scope.path {rel!r} is no file or folder of the projects in scope ({names}); it is a path "
+            "relative to a project root (no globs: use scope.language for a file type)",
+            field="scope.path",
+        )
     return rel

@@ -36,6 +36,9 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ({"question": "storage", "scope": {"path": "alpha\x00/x"}}, "scope.path", "NUL"),
         ({"question": "storage", "scope": {"language": "klingon"}}, "scope.language", "known: c, cpp, go"),
         ({"question": "storage", "limit": 10_000}, "limit", "above the maximum 200"),
+        # a path no project has (a typo, a glob) was "nothing found" (found by an exploratory run)
+        ({"question": "storage", "scope": {"path": "no/such/dir"}}, "scope.path", "is no file or folder"),
+        ({"question": "storage", "scope": {"path": "alpha/*.py"}}, "scope.path", "no globs"),
     ],
 )
 def test_small_cases_are_invalid_requests_with_a_clear_reason(
