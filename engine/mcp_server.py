@@ -296,10 +296,82 @@ class PathSplit:
             await self.pages(scope, receive, send)
 
 
+#: a POST body the id check reads whole before the SDK does (the SDK refuses bigger ones itself)
+MAX_CHECKED_BODY = 8 * 1024 * 1024
+
+
+class RequestIds:
+    """ASGI: a JSON-RPC request on the MCP endpoint whose ``id`` is not a string or an integer
+    (``true``, ``1.5``, ``null``, an object) is answered ``-32600`` here. The SDK reads such a
+    request as a notification and answers ``202`` with no body: the client waits for ever (the
+    stdio wire answers it the same way, :func:`parse_line`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more and size <= MAX_CHECKED_BODY:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _replay([], message, receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+        if not more and _has_bad_id(b"".join(chunks)):
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {
+                        "code": types.INVALID_REQUEST,
+                        "message": "Invalid Request: id must be a string or an integer",
+                    },
+                }
+            ).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 400, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, _replay(chunks, {"type": "http.request", "body": b"", "more_body": more}, receive), send)
+
+
+def _has_bad_id(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False  # the SDK answers what it cannot parse
+    messages = data if isinstance(data, list) else [data]
+    return any(
+        isinstance(m, dict)
+        and "method" in m
+        and "id" in m
+        and (isinstance(m["id"], bool) or not isinstance(m["id"], int | str))
+        for m in messages
+    )
+
+
+def _replay(chunks: list[bytes], last: Any, receive: Any) -> Any:
+    """A ``receive`` that gives back the body already read, then the rest from the client."""
+    pending = [{"type": "http.request", "body": c, "more_body": True} for c in chunks]
+    if last is not None:
+        pending.append(last)
+
+    async def again() -> Any:
+        return pending.pop(0) if pending else await receive()
+
+    return again
+
+
 def http_app(server: Server[Any], *, host: str, token: str | None, path: str = "/mcp", pages: Any = None) -> Any:
-    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback), behind bearer
-    auth, with ``pages`` (an ASGI app) served at every other path."""
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    """The SDK's streamable-HTTP ASGI app (DNS-rebinding protection on loopback) behind the request-id
+    check (:class:`RequestIds`) and bearer auth, with ``pages`` (an ASGI app) served at every other path."""
+    app = RequestIds(server.streamable_http_app(streamable_http_path=path, host=host))
     mcp = BearerAuth(app, token) if token else app
     return mcp if pages is None else PathSplit(mcp, pages, path)
 

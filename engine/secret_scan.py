@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -79,21 +79,53 @@ def looks_random(value: str) -> bool:
 _SECRET_WORD = r"(?:secret|passw(?:or)?d|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credentials?)"
 _SECRET_NAME = rf"{_SECRET_WORD}[A-Za-z0-9_.-]*"  # from the word on: a scan for it, not for every name
 _SECRET_VALUE = r"([A-Za-z0-9+/=_.~-]{12,})"
-ENGINE_RULES: tuple[tuple[str, re.Pattern[str], bool], ...] = (
-    ("OpenAI API Key", re.compile(r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32,}"), False),
-    ("Anthropic API Key", re.compile(r"\bsk-ant-[a-z]+[0-9]*-[A-Za-z0-9_-]{32,}"), False),
-    ("Hugging Face Token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), False),
+#: a password is chosen by a person, not generated: any run of non-space, non-quote, non-bracket
+#: characters, judged by :func:`looks_like_password`
+_PASSWORD_VALUE = r"([^\s\"'`,;()\[\]{}<>]{8,})"
+_AWS_SECRET_NAME = r"aws[_-]?secret[_-]?(?:access[_-]?)?key"
+_ALWAYS: Callable[[str], bool] = lambda _value: True  # noqa: E731 - a vendor format is a secret as it stands
+
+
+def looks_like_password(value: str) -> bool:
+    """A password-named value that is a password, not a reference: at least 8 characters of three
+    kinds, no placeholder word, not a dotted name, a file name, a path or a passwd-style record
+    (``P@ssw0rd2024!!`` is one)."""
+    if "/" in value or value.count(":") > 1:  # a path, or a passwd-style record (`1:root:x:0:0:…`)
+        return False
+    return looks_generated(value, 8) and not _DOTTED_NAME.fullmatch(value) and not _FILE_NAME.search(value)
+
+
+#: (rule, regex, what a match's value must look like): group 1 is the value, else the whole match
+ENGINE_RULES: tuple[tuple[str, re.Pattern[str], Callable[[str], bool]], ...] = (
+    ("OpenAI API Key", re.compile(r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{32,}"), _ALWAYS),
+    ("Anthropic API Key", re.compile(r"\bsk-ant-[a-z]+[0-9]*-[A-Za-z0-9_-]{32,}"), _ALWAYS),
+    ("Hugging Face Token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), _ALWAYS),
+    # the name says what it is: any 40 characters of the AWS secret key alphabet, random-looking or not
+    (
+        "AWS Secret Key",
+        re.compile(
+            rf"(?i){_AWS_SECRET_NAME}[\"']?[ \t]*(?:=>|[:= \t])[ \t]*[\"']?([A-Za-z0-9/+]{{40}})(?![A-Za-z0-9/+])"
+        ),
+        _ALWAYS,
+    ),
     (
         "Secret Assignment",
         re.compile(rf"(?i){_SECRET_NAME}[\"']?\s*(?:=>|[:=]|[\"']\s*,)\s*[\"']?{_SECRET_VALUE}"),
-        True,
+        looks_random,
     ),
     (
         "Secret Assignment",
         re.compile(
             rf"(?im)^[ \t]*(?:ENV|ARG|export|setenv|set)[ \t]+[A-Za-z0-9_.-]*{_SECRET_NAME}[ \t]+[\"']?{_SECRET_VALUE}"
         ),
-        True,
+        looks_random,
+    ),
+    (
+        "Password Assignment",
+        re.compile(
+            rf"(?i)(?:passw(?:or)?d|pwd)[A-Za-z0-9_.-]*[\"']?\s*(?:=>|[:=]|[\"']\s*,)\s*[\"']?{_PASSWORD_VALUE}"
+        ),
+        looks_like_password,
     ),
 )
 _ALLOWLISTED = re.compile(r"pragma:\s*allowlist[ -]secret", re.IGNORECASE)
@@ -102,6 +134,7 @@ _ENGINE_WORDS = (
     "hf_",
     "secret",
     "passw",
+    "pwd",
     "token",
     "api_key",
     "api-key",
@@ -122,10 +155,10 @@ _ENGINE_WORDS = (
 #: free text (a commit message, an external tool's snippet) is redacted, never withheld, so it
 #: may be read more loosely: a random-looking token a few words after a secret word ("set the aws
 #: secret to …", "new token: …")
-FREE_TEXT_RULE = (
+FREE_TEXT_RULE: tuple[str, re.Pattern[str], Callable[[str], bool]] = (
     "Secret In Text",
     re.compile(rf"(?i){_SECRET_WORD}\S*(?:\s+\S+){{0,4}}?\s+[\"'`]?([A-Za-z0-9+/=_.~-]{{16,}})"),
-    True,
+    looks_random,
 )
 
 
@@ -152,10 +185,10 @@ def engine_findings(text: str, *, free_text: bool = False) -> list[Finding]:
         line = text[lo:hi]
         if _ALLOWLISTED.search(line):
             continue
-        for rule, rx, assignment in (*ENGINE_RULES, FREE_TEXT_RULE) if free_text else ENGINE_RULES:
+        for rule, rx, counts in (*ENGINE_RULES, FREE_TEXT_RULE) if free_text else ENGINE_RULES:
             for m in rx.finditer(line):
-                value = m.group(1) if assignment else m.group(0)
-                if assignment and not looks_random(value):
+                value = m.group(1) if rx.groups else m.group(0)
+                if not counts(value):
                     continue
                 out.append(Finding(text.count("\n", 0, lo) + 1, f"content:{rule}", value))
     return out

@@ -307,15 +307,23 @@ _HF = "hf" + "_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 @pytest.mark.parametrize(
     "name,text,rule",
     [
-        ("deploy.sh", f"export AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "Secret Assignment"),
-        ("notes.txt", f"AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "Secret Assignment"),
-        ("Dockerfile", f"FROM python:3.12\nENV AWS_SECRET_ACCESS_KEY {_RANDOM}\n", "Secret Assignment"),
+        ("deploy.sh", f"export AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "AWS Secret Key"),
+        ("notes.txt", f"AWS_SECRET_ACCESS_KEY={_RANDOM}\n", "AWS Secret Key"),
+        ("Dockerfile", f"FROM python:3.12\nENV AWS_SECRET_ACCESS_KEY {_RANDOM}\n", "AWS Secret Key"),
         ("config.php", f"define('DB_PASSWORD','{_RANDOM[:16]}');\n", "Secret Assignment"),
         ("run.sh", f"OPENAI_API_KEY={_OPENAI}\n", "OpenAI API Key"),
         ("client.py", f'client = OpenAI(api_key="{_OPENAI}")\n', "OpenAI API Key"),
         ("env.sh", f"ANTHROPIC_API_KEY={_ANTHROPIC}\n", "Anthropic API Key"),
         ("hub.py", f'hf_token = "{_HF}"\n', "Hugging Face Token"),
         ("db.py", 'DB = "postgres://admin:' + "Xk93md" + 'Pq7z@db.internal:5432/prod"\n', "Basic Auth Credentials"),
+        # the second round: a named AWS key whatever its characters (0.7 % of random keys had under
+        # two digits), and a person's password with punctuation
+        (
+            "aws.sh",
+            "export AWS_SECRET_ACCESS_KEY=" + "yIORQTWVZQUazEcxzaOA" + "7OcMrkCwCLYPHWBeUCJf\n",
+            "AWS Secret Key",
+        ),
+        ("db.sh", "export DB_PASSWORD=" + "P@ssw0rd" + "2024!!\n", "Password Assignment"),
     ],
 )
 def test_credentials_detect_secrets_misses_are_withheld_and_redacted(name: str, text: str, rule: str) -> None:
@@ -334,9 +342,12 @@ def test_credentials_detect_secrets_misses_are_withheld_and_redacted(name: str, 
         'SECRET_KEY = os.environ.get("SECRET_KEY")\n',
         "access_token = getUserAccessTokenFromCache2()\n",  # an identifier: case changes at word starts
         'tokenizer = "all-MiniLM-L6-v2/tokenizer.json"\n',  # a file name
-        "Set AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY as the AWS docs show.\n",
         'url = "postgres://user:password@localhost/db"\n',
         'x = "http://admin:admin123@host"\n',
+        "password = self._password_hash\n",
+        'passwd = getpass.getpass("Password: ")\n',
+        '"/etc/passwd:1:root:x:0:0:root:/root:/bin/bash",\n',
+        'DATABASES = {"PASSWORD": os.environ["DB_PASSWORD"]}\n',
         f'key = "{_RANDOM}"  # pragma: allowlist secret\n',
     ],
 )

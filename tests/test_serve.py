@@ -132,6 +132,12 @@ async def test_streamable_http_with_bearer_token(http_server: str) -> None:
     assert httpx.post(http_server, json={}).status_code == 401
     wrong = httpx.post(http_server, json={}, headers={"Authorization": "Bearer guess"})
     assert wrong.status_code == 401
+    # an id that is not a string or an integer was a 202 with no body: the client waited for ever
+    # (found by an exploratory run); the stdio wire answers it the same way
+    auth = {"Authorization": "Bearer s3cret", "Accept": "application/json, text/event-stream"}
+    for bad_id in (True, 1.5, None, {"a": 1}):
+        res = httpx.post(http_server, json={"jsonrpc": "2.0", "id": bad_id, "method": "tools/list"}, headers=auth)
+        assert res.status_code == 400 and res.json()["error"]["code"] == -32600, (bad_id, res.text)
     http = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"})
     async with Client(streamable_http_client(http_server, http_client=http)) as client:
         names = {t.name for t in (await client.list_tools()).tools}

@@ -15,7 +15,7 @@ from ..store import Feedback
 from ..workspace import LANGUAGES
 from .answers import Answer, answer_view, verdicts_of
 from .pages import backend, in_thread, page, state
-from .security import checked_form, local_path
+from .security import checked_form, local_path, small_int
 
 FIELDS = ("question", "pipeline", "project", "path", "language", "mode", "budget_ms", "limit")
 DEFAULTS = {"pipeline": "router", "mode": "fused", "budget_ms": "", "limit": "10"}
@@ -48,7 +48,10 @@ def build_request(values: dict[str, str]) -> dict[str, Any]:
 
 
 def _number(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
+    """A number field: an int when it is one (the router's schema then checks its range), else the
+    text, which the schema refuses with a clear message."""
+    n = small_int(text)
+    return text if n is None else n
 
 
 async def ask_form(request: Request) -> Response:
@@ -61,6 +64,9 @@ async def ask_submit(request: Request) -> Response:
     values = {k: str(posted.get(k) or "").strip() for k in FIELDS}
     values["question"] = str(posted.get("question") or "")  # the question as typed: spaces are data too
     pipeline = values["pipeline"] or "router"
+    if pipeline not in backend(request).router.config().pipelines:  # a name, never a path the server looks up
+        problem = {"error": "invalid_request", "message": f"unknown pipeline {pipeline[:100]!r}", "field": "pipeline"}
+        return page(request, "ask.html", 400, form=values, choices=choices(request), answer=None, problem=problem)
     try:
         result = await backend(request).run(pipeline, build_request(values))
     except EngineError as exc:  # an unknown pipeline, a config that cannot load: no run happened

@@ -23,6 +23,7 @@ from ..secrets import SecretsPolicy, policy_for
 from ..types import Project
 from ..workspace import MAX_FILE_BYTES, PRIVATE_DIRS, contained, in_excluded_dir, looks_binary, normalize_scope_path
 from .pages import backend, in_thread, page
+from .security import small_int
 
 MAX_SHOWN_LINES = 20_000
 
@@ -40,19 +41,15 @@ class FileText:
 
 def viewable(project: Project, rel: str, policy: SecretsPolicy, data_dir: Path) -> Path:
     """The real path of ``rel`` in ``project`` when the engine may show it, else :class:`NotViewable`."""
+    if "\x00" in rel:
+        raise NotViewable("not a path inside the project")
     try:
         norm = normalize_scope_path(rel)
     except Exception:  # noqa: BLE001 - InvalidRequest: absolute or escaping; one answer for every refusal
         raise NotViewable("not a path inside the project") from None
     if norm is None or norm != rel.replace("\\", "/").strip("/"):
         raise NotViewable("not a path inside the project")
-    parts = PurePosixPath(norm).parts
-    if any(p in PRIVATE_DIRS for p in parts):
-        raise NotViewable("not served: a private folder")
-    if any(p.startswith(".") for p in parts):
-        raise NotViewable("not served: a hidden file or folder")
-    if in_excluded_dir(norm):
-        raise NotViewable("not served: an excluded folder")
+    _served_name(norm)
     real = contained(project.root, norm)
     if real is None:
         raise NotViewable("resolves outside the project")
@@ -61,11 +58,23 @@ def viewable(project: Project, rel: str, policy: SecretsPolicy, data_dir: Path) 
     if not real.is_file():
         raise NotViewable("no such file")
     real_rel = real.relative_to(os.path.realpath(project.root)).as_posix()
+    _served_name(real_rel)  # a symlink named like an ordinary file may point into .git or a hidden folder
     if policy.name_rule(norm) or policy.file_rule(real, real_rel):
         raise NotViewable("withheld by the secrets policy")
     if project.is_git and _git_ignored(project.root, real_rel):
         raise NotViewable("not served: ignored by git")
     return real
+
+
+def _served_name(rel: str) -> None:
+    """Refuse a project-relative path inside a private, hidden or excluded folder."""
+    parts = PurePosixPath(rel).parts
+    if any(p in PRIVATE_DIRS for p in parts):
+        raise NotViewable("not served: a private folder")
+    if any(p.startswith(".") for p in parts):
+        raise NotViewable("not served: a hidden file or folder")
+    if in_excluded_dir(rel):
+        raise NotViewable("not served: an excluded folder")
 
 
 def _git_ignored(root: Path, rel: str) -> bool:
@@ -89,7 +98,7 @@ def read_viewable(project: Project, rel: str, policy: SecretsPolicy, data_dir: P
 
 
 def _line(value: str | None) -> int:
-    return int(value) if value and value.isdigit() else 0
+    return small_int(value or "") or 0
 
 
 async def file_view(request: Request) -> Response:

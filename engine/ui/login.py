@@ -10,14 +10,14 @@ from .pages import page, state
 from .security import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
+    WRONG_TOKEN_DELAY_S,
     bearer_ok,
     checked_form,
     cookie_header,
     local_path,
+    revoke_session,
     session_value,
 )
-
-WRONG_TOKEN_DELAY_S = 0.5  # slows guessing; the comparison itself is constant-time
 
 
 def _token(request: Request) -> str | None:
@@ -52,6 +52,7 @@ async def login_submit(request: Request) -> Response:
 
 async def logout(request: Request) -> Response:
     await checked_form(request)
+    revoke_session(request.cookies.get(SESSION_COOKIE, ""))  # a copy of the cookie must not outlive it
     response = RedirectResponse("/login" if state(request).token_mode else "/", status_code=303)
     secure = request.url.scheme == "https"
     response.raw_headers.append((b"set-cookie", cookie_header(SESSION_COOKIE, "", secure=secure, max_age=0)))

@@ -16,6 +16,7 @@ from ..errors import EngineError
 from ..receipts import verify_pinned
 from ..store import ReceiptQuery
 from .pages import backend, in_thread, page
+from .security import small_int
 
 FILTERS = ("class", "status", "pipeline", "config_version", "since", "until", "limit")
 STATUSES = ("ok", "invalid_request", "zero_expert_gate", "receipt_error", "node_error")
@@ -32,7 +33,10 @@ def when(text: str) -> str | None:
         raise HTTPException(400, f"not a time: {text!r} (use YYYY-MM-DDTHH:MM, UTC)") from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds")
+    try:
+        return value.astimezone(UTC).isoformat(timespec="milliseconds")
+    except OverflowError:  # year 1 or 9999 with an offset: outside what a datetime holds in UTC
+        raise HTTPException(400, f"not a time: {text!r} (out of range)") from None
 
 
 def query_of(values: dict[str, str]) -> ReceiptQuery:
@@ -44,7 +48,7 @@ def query_of(values: dict[str, str]) -> ReceiptQuery:
         config_version=values["config_version"] or None,
         since=when(values["since"]),
         until=when(values["until"]),
-        limit=min(int(limit), 1000) if limit.isdigit() and int(limit) > 0 else DEFAULT_LIMIT,
+        limit=min(small_int(limit) or DEFAULT_LIMIT, 1000),
     )
 
 

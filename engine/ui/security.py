@@ -31,6 +31,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import anyio
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
@@ -63,13 +64,30 @@ class CSRFError(Exception):
     """A state-changing request without the form's proof of origin."""
 
 
+#: what a wrong token costs (login form and Bearer header alike): slows guessing
+WRONG_TOKEN_DELAY_S = 0.5
+
+
+def small_int(text: str, digits: int = 9) -> int | None:
+    """``text`` as a non-negative int when it is ASCII digits only, at most ``digits`` of them
+    (``str.isdigit`` also takes ``²``, which ``int`` refuses, and ``int`` refuses 4,300+ digits)."""
+    return int(text) if text and len(text) <= digits and text.isascii() and text.isdigit() else None
+
+
 def host_is_loopback(host: str) -> bool:
-    """Is a ``Host`` header (with or without a port) a loopback name?"""
+    """Is a ``Host`` header (with or without a port) a loopback name? Nothing may follow the name
+    but ``:<digits>`` (``[::1]evil.com`` and ``localhost:x@evil.com`` are not loopback)."""
     name = host.strip().lower()
     if name.startswith("["):
-        name = name[: name.find("]") + 1] if "]" in name else name
+        end = name.find("]")
+        if end == -1:
+            return False
+        name, rest = name[: end + 1], name[end + 1 :]
     else:
-        name = name.split(":", 1)[0]
+        name, _, port = name.partition(":")
+        rest = f":{port}" if port or host.strip().endswith(":") else ""
+    if rest and not (rest.startswith(":") and small_int(rest[1:], 5) is not None):
+        return False
     return name in LOOPBACK_HOSTS
 
 
@@ -79,13 +97,27 @@ def session_value(token: str, now: float | None = None) -> str:
     return f"{issued}.{nonce}.{_mac(token, issued, nonce)}"
 
 
+#: sessions ended by a logout before they expired (their nonces; a restart forgets them, and with
+#: it every session: the MAC key is the token, the clock is the issue time)
+REVOKED: set[str] = set()
+
+
 def session_ok(token: str, value: str, now: float | None = None) -> bool:
     parts = value.split(".")
-    if len(parts) != 3 or not parts[0].isdigit():
+    issued = small_int(parts[0], 12) if len(parts) == 3 else None
+    if issued is None or parts[1] in REVOKED:
         return False
-    issued, nonce, mac = parts
-    age = (time.time() if now is None else now) - int(issued)
-    return 0 <= age <= SESSION_MAX_AGE_S and hmac.compare_digest(mac, _mac(token, issued, nonce))
+    age = (time.time() if now is None else now) - issued
+    return 0 <= age <= SESSION_MAX_AGE_S and hmac.compare_digest(
+        parts[2].encode(), _mac(token, parts[0], parts[1]).encode()
+    )
+
+
+def revoke_session(value: str) -> None:
+    """A logout: this session's cookie no longer authorizes, even if kept and replayed."""
+    parts = value.split(".")
+    if len(parts) == 3:
+        REVOKED.add(parts[1])
 
 
 def _mac(token: str, issued: str, nonce: str) -> str:
@@ -93,8 +125,8 @@ def _mac(token: str, issued: str, nonce: str) -> str:
 
 
 def bearer_ok(token: str, header: str) -> bool:
-    scheme, _, value = header.strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+    scheme, _, value = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.encode("utf-8", "replace"), token.encode())
 
 
 def cookie_header(name: str, value: str, *, secure: bool, max_age: int | None = None) -> bytes:
@@ -160,6 +192,8 @@ class Guard:
         cookies = cookies_of(scope)
         path = scope.get("path", "/")
         if not self._authorized(headers, cookies) and not path.startswith(PUBLIC_PREFIXES):
+            if headers.get(b"authorization"):  # a wrong token costs what it costs at the login form
+                await anyio.sleep(WRONG_TOKEN_DELAY_S)
             if scope.get("method") == "GET" and "text/html" in headers.get(b"accept", ""):
                 query = scope.get("query_string", b"").decode("latin-1")
                 back = path + (f"?{query}" if query else "")

@@ -61,6 +61,11 @@ def build_workspace(root: Path) -> Path:
     make_repo(ws / "beta", BETA)
     make_repo(ws / "probe", PROBE_FILES)
     (ws / "alpha" / "passwd_link.txt").symlink_to("/etc/passwd")
+    # symlinks named like ordinary files into .git and a hidden folder (found by an exploratory run)
+    (ws / "alpha" / "gitcfg.txt").symlink_to(".git/config")
+    (ws / "alpha" / ".hidden").mkdir()
+    (ws / "alpha" / ".hidden" / "notes.txt").write_text("hidden notes\n")
+    (ws / "alpha" / "hidden_link.txt").symlink_to(".hidden/notes.txt")
     return ws
 
 

@@ -146,6 +146,9 @@ def test_file_view_highlights_the_lines(site: Site) -> None:
         ("alpha", ".git/config", "private"),
         ("alpha", ".engine/signing_key.ed25519", "private"),
         ("alpha", "alpha/nope.py", "no such file"),
+        ("alpha", "gitcfg.txt", "private"),  # a symlink into .git
+        ("alpha", "hidden_link.txt", "hidden"),  # a symlink into a hidden folder
+        ("alpha", "alpha/storage.py\x00", "inside the project"),
         ("nope", "alpha/storage.py", "no such project"),
     ],
 )
@@ -261,6 +264,32 @@ def test_a_host_that_is_not_loopback_is_refused(site: Site) -> None:
     res = site.client.get("/", headers={"host": "evil.example", **HTML})
     assert res.status_code == 421
     assert site.client.get("/", headers={"host": "localhost:8765"}).status_code == 200
+    for host in ("[::1]evil.com", "localhost:x@evil.com", "127.0.0.1:80x"):  # found by an exploratory run
+        assert site.client.get("/", headers={"host": host}).status_code == 421, host
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/file?project=alpha&path=alpha/storage.py&start=%C2%B2",  # "²" passes str.isdigit, not int()
+        "/file?project=alpha&path=alpha/storage.py&end=" + "9" * 5000,  # past int()'s digit limit
+        "/receipts?limit=%C2%B3",
+        "/receipts?since=0001-01-01T00:00%2B01:00",  # no UTC datetime for it
+        "/receipts?until=9999-12-31T23:59-01:00",
+    ],
+)
+def test_odd_numbers_and_times_are_answered_not_500(site: Site, url: str) -> None:
+    """Found by an exploratory run: each of these was a 500 from the server."""
+    assert site.client.get(url).status_code in (200, 400)
+
+
+def test_the_ask_form_takes_pipeline_names_only(site: Site) -> None:
+    """Found by an exploratory run: the form's pipeline field went to a file-existence check, an
+    oracle for any path on the server (`/etc/shadow` and a missing file answered differently)."""
+    csrf = site.client.cookies.get("engine_csrf") or site.client.get("/ask").cookies["engine_csrf"]
+    for pipeline in ("/etc/shadow", "/root/.ssh/nonexist", "x" * 5000):
+        res = site.client.post("/ask", data={"csrf": csrf, "question": "where is storage", "pipeline": pipeline})
+        assert res.status_code == 400 and "unknown pipeline" in res.text and "shadow is not" not in res.text
 
 
 def test_token_mode_login_cookie_and_bearer(tmp_path: Path) -> None:
@@ -288,7 +317,15 @@ def test_token_mode_login_cookie_and_bearer(tmp_path: Path) -> None:
         assert c.post("/mcp", content=json.dumps(init), headers=mcp).status_code == 401  # MCP: bearer only
         with_bearer = c.post("/mcp", content=json.dumps(init), headers={**mcp, "authorization": "Bearer s3cret"})
         assert with_bearer.status_code != 401
+        kept = c.cookies["engine_session"]
         out = c.post("/logout", data={"csrf": csrf})
         assert out.status_code == 303 and "Max-Age=0" in out.headers["set-cookie"]
         c.cookies.delete("engine_session")
         assert c.get("/stats").status_code == 401
+        # a copy of the cookie kept from before the logout no longer works (found by an exploratory run)
+        c.cookies.set("engine_session", kept)
+        assert c.get("/stats").status_code == 401
+        c.cookies.set("engine_session", "9" * 5000 + ".a.b")
+        assert c.get("/login").status_code == 200  # was a 500
+        c.cookies.delete("engine_session")
+        assert c.post("/login", data={"csrf": csrf, "token": " s3cret", "next": "/"}).status_code == 401  # exact
