@@ -245,6 +245,22 @@ class CachedAnswer:
             files=tuple((str(p), str(f), int(m), int(n), str(h)) for p, f, m, n, h in d.get("files") or ()),
         )
 
+    @classmethod
+    def kept(
+        cls,
+        items: Sequence[AnswerItem],
+        fusion: Mapping[str, Any],
+        confidence: Confidence | None,
+        roots: Mapping[str, Path],
+    ) -> CachedAnswer:
+        """The answer as the cache keeps it: with its files' stamps (after the answer: it reads them)."""
+        files = []
+        for project, path in dict.fromkeys((it.project, it.path) for it in items if it.kind != "commit"):
+            stamp = file_stamp(roots[project] / path) if project in roots and path else None
+            if stamp is not None:
+                files.append((project, path, *stamp))
+        return cls(tuple(items), fusion, confidence, tuple(files))
+
     def changed_file(self, roots: Mapping[str, Path]) -> str | None:
         """The first item file (``project/path``) whose content changed or went since the answer was
         kept: a stat per file; its bytes are hashed only when the stat moved (an edit undone keeps

@@ -38,18 +38,20 @@ from .graph import PipelineGraph, build_graph
 from .hints import HINT_LANE, HintBook
 from .index.build import read_head
 from .index.manifest import read_generation
-from .items import CachedAnswer, file_stamp
+from .items import CachedAnswer
 from .keys import KeyRing
 from .nodes.base import RunState
-from .nodes.receipt import write_receipt
+from .nodes.receipt import bounded, write_receipt
 from .pool import ExpertPool
 from .receipts import ReceiptLog
 from .scheduler import run_graph
 from .secrets import policy_for
-from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, check_workspace_trust, escape_undecodable, parse_request
+from .spec import CONFIG_FILES, ConfigSet, PipelineSpec, escape_undecodable, parse_request
 from .store import BenchmarkEvent, CacheEntry, ConfigSnapshot, Feedback, Store, open_store
+from .trust import check_workspace_trust
 from .types import Request, canonical_json, sha256_hex
 from .workspace import Workspace, check_scope_path
+from .yamlfile import load_schema
 
 log = logging.getLogger("engine")
 CACHE_TTL_S = float(os.environ.get("ENGINE_CACHE_TTL_S", "300"))
@@ -57,8 +59,6 @@ MEMO_SIZE = 256
 #: answers whose bookkeeping (events, cache row, flywheel, latency) waits for the next flush; past
 #: this many the next answer does it itself (a caller that never flushes keeps memory bounded)
 PENDING_ANSWERS = 64
-#: the request schema's question.maxLength
-MAX_QUESTION_CHARS = 65536
 #: flushes after which the heap built so far is collected, frozen out of the cyclic GC and trimmed
 #: (engine/heap.py), and how often it is trimmed besides. A one-shot `engine run` flushes once and
 #: never pays for it.
@@ -361,9 +361,7 @@ class Router:
         # undecodable text is receipted escaped: the signed body must be valid UTF-8 JSON; a question
         # refused for its length is receipted cut to the longest one accepted (never echoed whole)
         text = escape_undecodable(question) if isinstance(question, str) else ""
-        if len(text) > MAX_QUESTION_CHARS:
-            text = f"{text[:MAX_QUESTION_CHARS]}…[+{len(text) - MAX_QUESTION_CHARS} chars]"
-        req = Request(question=text)
+        req = Request(question=bounded(text, int(load_schema("request")["properties"]["question"]["maxLength"])))
         state = RunState(
             request=req,
             config=cfg,
@@ -430,12 +428,7 @@ class Router:
         # kept only when the receipt says so: complete answers (engine.nodes.cache.not_kept)
         if key and (receipt.get("cache") or {}).get("kept"):
             roots = {p.name: p.root for p in state.workspace.projects}
-            files = []
-            for project, path in dict.fromkeys((it.project, it.path) for it in state.fused if it.kind != "commit"):
-                stamp = file_stamp(roots[project] / path) if project in roots and path else None
-                if stamp is not None:
-                    files.append((project, path, *stamp))
-            cached = CachedAnswer(tuple(state.fused), state.fusion_info, state.confidence, tuple(files)).to_dict()
+            cached = CachedAnswer.kept(state.fused, state.fusion_info, state.confidence, roots).to_dict()
             entry = CacheEntry(
                 key, cached, not response["items"], str(receipt.get("created_at")), time.time() + CACHE_TTL_S
             )
