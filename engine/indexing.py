@@ -22,6 +22,7 @@ from .index.build import (
     index_lock,
     lock_holder,
     plan_update,
+    record_heads,
     scan_workspace,
     update_index,
     update_indexes,
@@ -106,6 +107,9 @@ def index_workspace(
                         request(expert.manifest_path.parent, len(todo))
                         handoff[name] = len(todo)
                     else:
+                        with index_lock(ws.data_dir, name, blocking=False) as mine:
+                            if mine:  # else a catch-up holds it, and records the HEADs when it ends
+                                record_heads(indexer.manifest_path, ws)
                         reports.append(IndexReport(name, unchanged=unchanged))
         if handoff:
             pid = spawn(ws, cfg.root, sorted(handoff))

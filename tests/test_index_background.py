@@ -170,3 +170,21 @@ def test_wait_indexes_everything_before_returning(tmp_path: Path) -> None:
     assert "background" not in res.stdout
     fresh = freshness(semantic_dir(ws) / "manifest.json", Workspace.open([ws]).projects)
     assert fresh["files_indexed"] == 6 and not fresh["partial"]
+
+
+def test_a_commit_that_changed_no_file_leaves_no_slow_index_stale(tmp_path: Path) -> None:
+    """Found by an exploratory run: after an empty commit (or a branch switch to the same tree),
+    `engine index` found nothing to re-embed and never recorded the new HEAD, so semantic and typed
+    said "stale" in every receipt for ever."""
+    ws, cfg = make_ws(tmp_path, 3)
+    assert engine("index", "--wait", "-w", str(ws), "--config-dir", str(cfg)).returncode == 0
+    subprocess.run(["git", "-C", str(ws / "demo"), "commit", "-q", "--allow-empty", "-m", "empty"], check=True)
+    projects = Workspace.open([ws]).projects
+    assert freshness(semantic_dir(ws) / "manifest.json", projects)["stale"] == {
+        "demo": Manifest.load(semantic_dir(ws) / "manifest.json").heads["demo"]
+    }
+    res = engine("index", "-w", str(ws), "--config-dir", str(cfg), "-f", "json")  # the background mode
+    assert res.returncode == 0, res.stderr
+    for name in ("semantic", "typed"):
+        fresh = freshness(ws / ".engine" / "index" / name / "manifest.json", projects)
+        assert not fresh["stale"] and not fresh["partial"], (name, fresh)

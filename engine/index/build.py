@@ -366,6 +366,19 @@ def update_index(
     return report
 
 
+def record_heads(manifest_path: Path, workspace: Workspace) -> bool:
+    """An index with nothing to re-index still records the HEADs it now answers for: a commit that
+    changed no indexed file (an empty commit, a branch switch to the same tree) must not leave it
+    reported stale for ever. The caller holds the index's lock. Returns whether it saved."""
+    manifest = Manifest.load(manifest_path)
+    if not manifest.indexer_id or manifest.pending:
+        return False  # never built, or a run in progress: that run records them
+    if manifest.heads == current_heads(workspace.projects):
+        return False
+    _save(manifest, workspace, final=True)
+    return True
+
+
 def _save(manifest: Manifest, workspace: Workspace, *, final: bool = False) -> None:
     """Save after a batch (a new random generation: the index changed) or at the end of a run (the
     content digest: a run that changed nothing leaves the generation, and so the answer cache, as it was)."""
