@@ -45,6 +45,7 @@ from ..workspace import (
     DEFAULT_NAMES,
     EXCLUDED_DIRS,
     LANGUAGES,
+    MAX_FILE_BYTES,
     contained,
     is_excluded,
     is_test_file,
@@ -173,7 +174,7 @@ class RipgrepExpert(Expert):
             "--json",
             "--no-config",
             "--max-filesize",
-            "2M",
+            str(MAX_FILE_BYTES),  # the indexers' limit (rg's "2M" is 2,097,152: files between were rg's alone)
             "--max-count",
             str(int(self.settings.get("max_count_per_file", 1000))),
             "--max-columns",
