@@ -55,7 +55,11 @@ def store_checks(data_dir: Path) -> list[dict[str, Any]]:
     except EngineError as exc:
         detail, ok = exc.message, False
     out.append({"check": "signing key", "ok": ok, "detail": detail})
-    health = store.health()
+    try:
+        health = store.health()
+    except OSError as exc:  # a read-only or unusable data dir: a failed check, the other checks still run
+        out.append({"check": "store", "ok": False, "detail": f"cannot open: {exc.strerror or exc} ({exc.filename})"})
+        return out
     detail = health.detail + (f"; fix: {health.fix}" if health.fix and health.fix not in health.detail else "")
     if health.pending_bytes:
         detail += f" ({health.pending_bytes} bytes of spool not yet ingested)"

@@ -72,3 +72,20 @@ def test_a_data_dir_that_is_a_file_is_an_environment_error_not_a_traceback(tmp_p
     assert res.returncode == 1 and "Traceback" not in res.stderr
     err = json.loads(res.stderr.strip().splitlines()[-1])
     assert err["error"] == "environment_error" and ".engine" in err["message"]
+
+
+def test_doctor_reports_a_store_it_cannot_open_as_a_failed_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an exploratory run: on a read-only data dir `doctor` stopped at the store (its lock
+    file) with one environment_error, and its own checks never ran."""
+    from engine.doctor import store_checks
+    from engine.store.duckdb_store import DuckDBStore
+
+    def read_only(self: object) -> None:
+        raise PermissionError(13, "Read-only file system", str(tmp_path / "store.lock"))
+
+    monkeypatch.setattr(DuckDBStore, "health", read_only)
+    checks = {c["check"]: c for c in store_checks(tmp_path)}
+    assert checks["store"]["ok"] is False and "Read-only file system" in checks["store"]["detail"]
+    assert "signing key" in checks

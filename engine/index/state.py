@@ -158,7 +158,8 @@ def freshness(
 ) -> dict[str, Any]:
     """The receipt's view of one index: when it was built, files pending (a catch-up request not
     yet started counts), how far a catching-up index got, and the projects whose indexed sha is not
-    their HEAD (``stale``: project → indexed sha; empty when all are current).
+    their HEAD (``stale``: project → indexed sha; empty when all are current), and those it was
+    never built for (``not_indexed``, only when there are some).
 
     ``heads`` are the projects' current HEADs as the request read them once
     (:func:`current_heads`, stated once in the receipt); read here when not given. The receipt
@@ -180,6 +181,11 @@ def freshness(
     }
     if pending:  # how far a catching-up index got: share of the files it knows of
         out["progress"] = round(len(m.files) / (len(m.files) + pending), 3)
+    # git projects this index was never built for: indexed under other names (another set of
+    # roots names two repos of one name by their parent folder too) or added to the workspace since
+    missing = [p.name for p in projects if p.is_git and m.indexer_id and p.name not in m.heads]
+    if missing:
+        out["not_indexed"] = missing
     return out
 
 

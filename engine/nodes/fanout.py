@@ -167,6 +167,12 @@ class FanoutNode(Node):
             if outcome.status == "ok":
                 with expert_errors(name):
                     outcome.freshness = expert.freshness(query)
+                missing = (outcome.freshness or {}).get("not_indexed")
+                if missing:  # its "nothing found" would not be an answer for these projects
+                    whole = len(missing) >= sum(p.is_git for p in query.projects)
+                    outcome.status = "unavailable" if whole else "partial"
+                    outcome.error_class = "unavailable" if whole else None
+                    outcome.error = f"not indexed for {', '.join(missing)}: run `engine index` on this workspace"
             outcome.items = list(items)[: query.limit]
         except ExpertUnconfigured as exc:
             outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message

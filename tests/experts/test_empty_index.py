@@ -55,5 +55,14 @@ def test_an_index_built_for_other_roots_answers_for_the_projects_it_knows(
 
     response = anyio.run(go)
     router.flush()
-    assert response["receipt"]["per_expert"]["bm25"]["status"] == "ok"
+    bm25 = response["receipt"]["per_expert"]["bm25"]
+    # no KeyError, and no silent "ok, nothing found" either (found by a second exploratory run):
+    # the index was never built for these names, and the receipt says so
+    assert bm25["status"] == "unavailable" and "not indexed for wsA/app, wsB/app" in bm25["error"]
     assert {(it["project"], it["path"]) for it in response["items"]} >= {("wsA/app", "a.py"), ("wsB/app", "b.py")}
+    # indexed for these roots, it answers
+    index_workspace(Workspace.open([a, b]), load_config(config_dir), only=["bm25"], progress=False)
+    router = Router(config_dir, Workspace.open([a, b]))
+    response = anyio.run(go)
+    router.flush()
+    assert response["receipt"]["per_expert"]["bm25"]["status"] == "ok"
