@@ -87,6 +87,7 @@ class _Region:
     lines: dict[int, str] = field(default_factory=dict)
     patterns: set[str] = field(default_factory=set)
     exact_case: set[str] = field(default_factory=set)  # patterns found as written (smart case)
+    whole: set[str] = field(default_factory=set)  # patterns found whole: a name not inside a longer one
     definition: bool = False
 
 
@@ -272,6 +273,12 @@ class _Stream:
             if self.mode != "regex" and re.fullmatch(r"[\w.$]+", p)
         ]
         self.stems = {p.split(".")[-1].lower() for p in self.patterns}
+        # a name pattern is matched *exactly* only as a whole name: `fn_5` inside `fn_510` is a substring
+        self.name_res = {
+            p: re.compile(rf"(?<![\w$]){re.escape(p)}(?![\w$])", re.IGNORECASE if self.ignore_case else 0)
+            for p in self.patterns
+            if self.mode != "regex" and re.fullmatch(r"[\w.$]+", p)
+        }
         self.regions: dict[tuple[str, str], list[_Region]] = defaultdict(list)
         self.file_patterns: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.file_matches: dict[tuple[str, str], int] = defaultdict(int)
@@ -337,6 +344,7 @@ class _Stream:
             regs.append(reg)
         reg.lines[line] = text.rstrip("\n")
         reg.patterns |= found
+        reg.whole |= {p for p in found if p not in self.name_res or self.name_res[p].search(text)}
         if self.smart_case:
             reg.exact_case |= {p for p in found if p in text}
         reg.definition = reg.definition or any(r.search(text) for r in self.def_res)
@@ -346,7 +354,7 @@ class _Stream:
         deadline). Regions are scored first and only the kept ones become items: a common word can
         leave tens of thousands of regions."""
         n = max(1, len(self.patterns))
-        flags = ("exact-match", "output-truncated") if self.truncated else ("exact-match",)
+        truncated = ("output-truncated",) if self.truncated else ()
         scored: list[tuple[float, str, str, int, _Region]] = []
         for place, regs in list(self.regions.items()):
             project, path = place
@@ -373,7 +381,11 @@ class _Stream:
                 content="\n".join(reg.lines[k] for k in sorted(reg.lines)),
                 score=-neg,
                 meta={"patterns": sorted(reg.patterns), "definition": reg.definition},
-                flags=(*flags, "case-insensitive-match") if self.smart_case and not reg.exact_case else flags,
+                flags=(
+                    "exact-match" if reg.whole else "substring-match",
+                    *truncated,
+                    *(("case-insensitive-match",) if self.smart_case and not reg.exact_case else ()),
+                ),
             )
             for neg, project, path, _, reg in heapq.nsmallest(limit, scored, key=lambda t: t[:4])
         ]

@@ -92,3 +92,14 @@ async def test_a_regex_rg_cannot_parse_is_searched_as_literal_text(repo: Path) -
     assert [e.path for e in items] == ["net/pattern.py"]
     items, plan = await grep(Workspace.open([repo]), "lines matching /Refuse[d]/")  # a good one stays a regex
     assert plan["mode"] == "regex" and "regex_error" not in plan and items
+
+
+async def test_a_name_inside_a_longer_name_is_a_substring_match_not_exact(repo: Path) -> None:
+    """Found by an exploratory run: `who calls tinyv18_fn_5` returned `tinyv18_fn_510` labelled
+    `lexical-exact`. A name is matched exactly only as a whole name."""
+    (repo / "net" / "names.py").write_text("def tinyv18_fn_510():\n    return 1\n")
+    (repo / "net" / "uses.py").write_text("from names import tinyv18_fn_5\ntinyv18_fn_5()\n")
+    items, _ = await grep(Workspace.open([repo]), "who calls tinyv18_fn_5")
+    flags = {e.path: e.flags for e in items}
+    assert "exact-match" in flags["net/uses.py"] and "substring-match" not in flags["net/uses.py"]
+    assert "substring-match" in flags["net/names.py"] and "exact-match" not in flags["net/names.py"]
