@@ -47,6 +47,7 @@ def looks_generated(value: str, min_chars: int = MIN_GENERATED_CHARS) -> bool:
     return classes >= 3 and len(set(value)) >= 8
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.:][A-Za-z_][A-Za-z0-9_]*)+")
 _FILE_NAME = re.compile(r"\.[A-Za-z]{2,5}$")  # a path or file name (``model/tokenizer.json``), not a key
 
@@ -90,8 +91,10 @@ def looks_like_password(value: str) -> bool:
     """A password-named value that is a password, not a reference: at least 8 characters of three
     kinds, no placeholder word, not a dotted name, a file name, a path or a passwd-style record
     (``P@ssw0rd2024!!`` is one)."""
-    if "/" in value or value.count(":") > 1:  # a path, or a passwd-style record (`1:root:x:0:0:…`)
-        return False
+    if "/" in value or "=" in value or "\\" in value or value.count(":") > 1:
+        return False  # a path, a keyword argument, an escaped literal, a passwd-style record (`1:root:x:…`)
+    if _NAME.fullmatch(value):  # no punctuation: a name (`FORBIDDEN_VALUE2`) unless it looks random
+        return looks_random(value)
     return looks_generated(value, 8) and not _DOTTED_NAME.fullmatch(value) and not _FILE_NAME.search(value)
 
 
