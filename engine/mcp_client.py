@@ -11,6 +11,7 @@ restarted on the next call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -83,11 +84,14 @@ class McpConnection:
         try:
             return await anyio.to_thread.run_sync(fut.result, abandon_on_cancel=True)
         except BaseException:
+            busy = not fut.done()  # asked before cancel(): a cancelled future is always done
             fut.cancel()  # the caller's deadline (or shutdown) cancels the forwarded call as well
-            if self.command and not fut.done():
+            if self.command and busy:
                 # a stdio server still busy at the deadline dies with its whole tree (setsid
                 # children included); the next call starts a fresh one
                 proctree.kill_tagged(self.tag)
+                with contextlib.suppress(Exception):  # the portal may be closing meanwhile
+                    portal.call(self._forget_session)
             raise
 
     async def aclose(self) -> None:
@@ -178,6 +182,12 @@ class McpConnection:
                     ) from None
                 self.starts += 1
             return self._session[0]
+
+    def _forget_session(self) -> None:
+        """(On the portal's loop) the session of a killed server is over: the next call starts one."""
+        if self._session is not None:
+            self._session[1].set()
+            self._session = None
 
     def _drop(self, client: Client) -> None:
         if self._session is not None and self._session[0] is client:

@@ -6,6 +6,9 @@ holds for built-in and external experts alike (DESIGN §7, §8):
 * an item whose path resolves (symlinks included) outside its project, into ``.git`` or the data
   dir, or that names a project the request does not cover, is **dropped** (``outside-project``);
 * an item from a file the secrets policy withholds (by name or content) is **dropped** (``secret``);
+* an external expert's item must name a file its project has (else ``outside-project``), outside
+  the folders no index holds (``node_modules``, build output …: ``excluded``); its snippet *and*
+  symbol are scanned; a URL's ``user:password@`` is redacted;
 * commit text (subject, body, diff hunks — ``content`` and every string in ``meta``), external
   documentation and the snippets of external experts are scanned; commit and documentation text is
   **redacted** in place (flag ``redacted``), an external file snippet holding a secret is dropped;
@@ -27,12 +30,13 @@ from typing import Any
 
 from .secrets import NotJudged, SecretsPolicy
 from .types import Evidence, Project
-from .workspace import PRIVATE_DIRS, contained
+from .workspace import PRIVATE_DIRS, contained, in_excluded_dir, is_excluded
 
 #: adapters whose snippets are read from files the policy has already judged (live, or when the
 #: index was built); anything else (mcp, http, command, fake) has its text scanned too
 TRUSTED_CONTENT = frozenset({"ripgrep", "bm25", "semantic", "symbols", "typed", "docs"})
 _URL = re.compile(r"^https?://")
+_URL_CREDENTIALS = re.compile(r"^(https?://)[^/@\s]*@")
 
 
 @dataclass
@@ -78,13 +82,18 @@ def screen(
         if project is None and _URL.match(e.path):  # external documentation named by URL
             if cached_only:
                 raise NotJudged(e.path)
+            if _URL_CREDENTIALS.match(e.path):  # `https://user:password@host/…`: the credentials go
+                e = dataclasses.replace(e, path=_URL_CREDENTIALS.sub(r"\1[REDACTED]@", e.path))
+                out.counts["redacted"] += 1
             out.items.append(_redacted(e, policy, out.counts))
             continue
         key = (e.project, e.path)
         if key not in reasons:
-            reasons[key] = _file_reason(project, e.path, policy, data_dir, cached_only, dirs)
+            reasons[key] = _file_reason(project, e.path, policy, data_dir, cached_only, dirs, must_exist=scan_text)
         reason = reasons[key]
-        if reason is None and scan_text and policy.findings(e.content, e.path):
+        if reason is None and scan_text and (is_excluded(e.path) or in_excluded_dir(e.path)):
+            reason = "excluded"  # what no index holds and ripgrep never reads (node_modules, build …)
+        if reason is None and scan_text and policy.findings(f"{e.content}\n{e.symbol or ''}", e.path):
             reason = "secret"
         if reason:
             out.counts[reason] += 1
@@ -100,14 +109,20 @@ def _file_reason(
     data_dir: Path | None,
     cached_only: bool = False,
     dirs: dict[str, str | None] | None = None,
+    *,
+    must_exist: bool = False,
 ) -> str | None:
-    """Why the file ``rel`` of ``project`` may not be served (``outside-project`` | ``secret``), or None."""
+    """Why the file ``rel`` of ``project`` may not be served (``outside-project`` | ``secret``), or None.
+    ``must_exist``: an external expert's path must name a file of that project (a path it made up, or
+    one of another project re-homed into this one, carries content this project does not hold)."""
     if project is None or not rel:
         return "outside-project"
     if any(part in PRIVATE_DIRS for part in rel.split("/")):  # PurePosixPath(rel).parts, without the cost
         return "outside-project"
     real = contained(project.root, rel, dirs=dirs)
     if real is None or (data_dir is not None and real.is_relative_to(data_dir)):
+        return "outside-project"
+    if must_exist and not real.exists():
         return "outside-project"
     if policy.name_rule(rel) or policy.file_rule(real, rel, cached_only=cached_only):
         return "secret"

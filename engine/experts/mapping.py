@@ -23,7 +23,9 @@ carry only what the tool returned. Output not of the configured shape is ``malfo
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -235,7 +237,7 @@ class ResultMapper:
                 f"{self.items or 'result'!r} is {type(found).__name__}, expected a list", expert=self.expert
             )
         out = []
-        for rec in found:
+        for rec in found[:ROW_CAP_MAX]:  # a ranked list: what lies past this is never served
             if not isinstance(rec, Mapping):
                 raise ExpertOutputError(
                     f"a result record is {type(rec).__name__}, expected an object", expert=self.expert
@@ -253,6 +255,8 @@ class ResultMapper:
         if self.format == "jsonl":
             rows: list[dict[str, Any]] = []
             for n, line in enumerate(text.splitlines(), start=1):
+                if len(rows) >= ROW_CAP_MAX:
+                    break
                 if line.strip():
                     try:
                         rows.extend(self.records_from_json(json.loads(line)))
@@ -268,7 +272,7 @@ class ResultMapper:
                 raise ExpertOutputError(f"output is not JSON: {exc.msg} at {exc.pos}", expert=self.expert) from None
             return self.records_from_json(data)
         rows = []
-        for m in self.pattern.finditer(text):
+        for m in itertools.islice(self.pattern.finditer(text), ROW_CAP_MAX):
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             row = {f: groups.get(self.fields.get(f, f)) for f in FIELDS}
             row["meta"] = {k: groups.get(g) for k, g in self.meta_fields.items()}
@@ -286,9 +290,11 @@ class ResultMapper:
 
     # ------------------------------------------------------------------ records → evidence
     def evidence(self, rows: Iterable[dict[str, Any]], query: Query, project: Project | None = None) -> list[Evidence]:
-        """Evidence for the rows that land inside the workspace and the scope, in the tool's order."""
+        """Evidence for the rows that land inside the workspace and the scope, in the tool's order.
+        Only the first :func:`row_cap` rows are read: placing a row stats its path, and a tool that
+        returned 300,000 of them held the request for 17 s past every deadline (this runs in one go)."""
         out: list[Evidence] = []
-        rows = list(rows)
+        rows = list(itertools.islice(rows, row_cap(query)))
         for rank, row in enumerate(rows, start=1):
             e = self._one(row, rank, len(rows), query, project)
             if e is not None:
@@ -303,7 +309,13 @@ class ResultMapper:
         kind = row.get("kind") if row.get("kind") in ITEM_KINDS else None
         kind = kind or self.kind or ("commit" if sha else "chunk" if start is not None else "file")
         raw = _text(row.get("path"))
-        owner = self._project_named(row.get("project"), query) or ctx
+        named = row.get("project")
+        owner = self._project_named(named, query)
+        if owner is None and isinstance(named, str) and named and named != (ctx.name if ctx else None):
+            return None  # a project the request does not cover (out of scope): never re-homed into another
+        owner = owner or ctx
+        if not self.urls and _URL.match(raw):
+            return None  # URLs are items only where the expert declares them (`urls: true`)
         placed = self._place(raw, owner, query) if raw and not _URL.match(raw) else None
         if self.urls and _URL.match(raw):  # external documentation: a URL is not a workspace path
             project_name, rel, kind, start = self.expert, raw, self.kind or "doc", None
@@ -375,12 +387,25 @@ class ResultMapper:
         return None
 
 
+#: the fewest rows of a tool's answer read, whatever the request's limit, and the most parsed
+ROW_CAP_MIN = 1000
+ROW_CAP_MAX = 5000
+
+
 def _score(score: Any, rank: int, total: int, expert: str) -> float:
     """The tool's own score, or one derived from its order (best first) when it gives none."""
     try:
-        return float(score) if score is not None else (total - rank + 1) / max(total, 1)
+        value = float(score) if score is not None else (total - rank + 1) / max(total, 1)
     except (TypeError, ValueError):
         raise ExpertOutputError(f"score {score!r} is not a number", expert=expert) from None
+    if not math.isfinite(value):  # NaN or infinity would make the answer's JSON invalid
+        raise ExpertOutputError(f"score {score!r} is not a finite number", expert=expert)
+    return value
+
+
+def row_cap(query: Query) -> int:
+    """How many of a tool's rows are read: far more than the answer keeps (its items are ranked)."""
+    return max(ROW_CAP_MIN, 20 * query.limit)
 
 
 def _text(value: Any) -> str:

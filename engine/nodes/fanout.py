@@ -179,6 +179,11 @@ class FanoutNode(Node):
         except ExpertError as exc:
             outcome.status, outcome.error_class, outcome.error = exc.status, exc.code, exc.message
             outcome.items = []
+            if spec.adapter not in TRUSTED_CONTENT and outcome.error:
+                # an external tool's error text (an HTTP body, stderr) goes into the signed, stored
+                # receipt: it is read for secrets as any external text is (found by an exploratory run)
+                policy = policy_for(state.workspace.data_dir, state.config.raw_experts)
+                outcome.error = policy.redact(outcome.error)[0]
         finally:
             outcome.latency_ms = (clock() - started) * 1000
 

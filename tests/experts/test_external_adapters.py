@@ -63,6 +63,27 @@ async def test_mcp_session_is_reused_and_restarted_after_a_crash(ws: Workspace) 
         await ok.aclose()
 
 
+async def test_a_stdio_server_stuck_at_the_deadline_is_replaced(ws: Workspace) -> None:
+    """Found by an exploratory run: a server blocked in a synchronous tool was never killed at the
+    deadline (the check ran after cancel(), when the future is always done), so every later call
+    timed out against the same stuck process."""
+    import anyio
+
+    ok = expert("mcp", mcp_settings(), ws)
+    try:
+        q = query(ws, 'where is "PaymentGateway"')
+        first = await call(ok, q)
+        ok.settings["tool"] = "hog"
+        with pytest.raises(TimeoutError), anyio.fail_after(1.5):
+            await call(ok, q)
+        ok.settings["tool"] = "search"
+        with anyio.fail_after(20):
+            assert await call(ok, q) == first  # a fresh server answers
+        assert ok._conn.starts == 2
+    finally:
+        await ok.aclose()
+
+
 async def test_mcp_text_lines_and_paths_outside_the_workspace(ws: Workspace) -> None:
     lines = expert("mcp", mcp_settings("lines", result={}), ws)  # default pattern: path:line:text
     escape = expert("mcp", mcp_settings("escape"), ws)
