@@ -394,7 +394,13 @@ def _tune_release(
     else:
         typer.echo(f"candidate config: {r.candidate}\n\n{r.diff}\n\ngate ({split}):")
         typer.echo("\n".join(r.gate))
-        verdict = "adopted" if r.adopted else ("passed (not adopted: --adopt)" if r.regressions == 0 else "REFUSED")
+        verdict = (
+            "adopted"
+            if r.adopted
+            else "unchanged (the candidate's priors equal the current ones: nothing to adopt)"
+            if r.unchanged
+            else ("passed (not adopted: --adopt)" if r.regressions == 0 else "REFUSED")
+        )
         typer.echo(f"{r.regressions} regression(s): {verdict}")
     raise typer.Exit(1 if r.regressions else 0)
 

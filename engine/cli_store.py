@@ -190,11 +190,17 @@ def keys_rotate(workspace: WorkspaceOpt = None) -> None:
     """Start a new signing key; the old public key stays pinned (retired). The workspace's `engine run`
     daemons are stopped; restart `engine serve` servers yourself."""
     from .daemon.client import stop_all
-    from .keys import KeyRing
+    from .keys import INIT_FIX, KeyRing
+    from .store import open_store
 
     try:
         data_dir = _data_dir(workspace)
-        old, new = KeyRing(data_dir).rotate()
+        keys = KeyRing(data_dir)
+        # a missing key is not "rotated": a new one would silently take the place of a lost one whose
+        # public key was never pinned, and every receipt it signed would stop verifying (as `init`)
+        if keys.load() is None and open_store(data_dir).holds_data():
+            raise ReceiptError(f"receipts exist in {data_dir} but the signing key is missing; {INIT_FIX}")
+        old, new = keys.rotate()
     except EngineError as exc:
         _fail(exc)
         return

@@ -19,8 +19,11 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .diff import diff_sets, format_diff
 from .errors import EvalError
@@ -39,6 +42,7 @@ class Release:
     gate: list[str] = field(default_factory=list)  # `engine eval compare` lines
     regressions: int = 0
     adopted: bool = False
+    unchanged: bool = False  # the candidate's priors equal the current ones: nothing to release
 
 
 def is_dev_split(split: str) -> bool:
@@ -56,7 +60,7 @@ def check_dev_metrics(metrics_files: list[Path]) -> None:
 def write_candidate(config_dir: Path, out_dir: Path) -> None:
     """A copy of the config folder, ready for the proposed priors.yaml."""
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise EvalError(f"{out_dir} is not empty: give --out-dir a new folder for the candidate config")
+        raise EvalError(f"{out_dir} is not empty: give --release a new folder for the candidate config")
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in CONFIG_FILES:
         if (config_dir / name).is_file():
@@ -114,8 +118,16 @@ def release(
     diff = format_diff(diff_sets(load_config(config_dir), load_config(out_dir), str(config_dir), str(out_dir)))
     lines, regressions = gate(config_dir, out_dir, suite, split=split, workspace=workspace, home=home)
     result = Release(out_dir, rows, diff, lines, regressions)
-    if adopt and regressions == 0:
-        shutil.copy2(config_dir / "priors.yaml", config_dir / "priors.yaml.previous")
+    unchanged = yaml.safe_load((config_dir / "priors.yaml").read_text()) == yaml.safe_load(
+        (out_dir / "priors.yaml").read_text()
+    )
+    result.unchanged = unchanged
+    if adopt and regressions == 0 and not unchanged:  # a candidate equal to the current one is no release
+        previous = config_dir / "priors.yaml.previous"
+        if previous.exists():  # an earlier adoption's backup is kept too: the hand-written file is never lost
+            stamp = datetime.fromtimestamp(previous.stat().st_mtime, UTC).strftime("%Y%m%dT%H%M%S")
+            previous.rename(config_dir / f"priors.yaml.previous-{stamp}")
+        shutil.copy2(config_dir / "priors.yaml", previous)
         shutil.copy2(out_dir / "priors.yaml", config_dir / "priors.yaml")
         result.adopted = True
     return result

@@ -61,7 +61,22 @@ def test_a_release_is_diffed_gated_on_dev_and_adopted_only_past_the_gate(dev: di
     if r.regressions == 0:
         assert r.adopted and (config / "priors.yaml").read_text() == (candidate / "priors.yaml").read_text()
         assert (config / "priors.yaml.previous").read_text() == before
+        # found by an exploratory run: a second release overwrote `.previous`, losing the hand-written
+        # file, and a candidate equal to the current priors was "adopted" all the same
+        again = release(
+            [dev["metrics"]], config, dev["root"] / "again", dev["suite"], home=dev["home"], adopt=True, min_queries=1
+        )
+        assert again.unchanged and not again.adopted
+        (config / "priors.yaml").write_text(before.replace("k: 60", "k: 61"))
+        third = release(
+            [dev["metrics"]], config, dev["root"] / "third", dev["suite"], home=dev["home"], adopt=True, min_queries=1
+        )
+        if third.regressions == 0:
+            kept = sorted(config.glob("priors.yaml.previous*"))
+            assert len(kept) == 2 and before in [f.read_text() for f in kept]  # the hand-written file survives
         (config / "priors.yaml").write_text(before)  # back to the starting point for the next test
+        for f in config.glob("priors.yaml.previous*"):
+            f.unlink()
     else:
         assert not r.adopted and (config / "priors.yaml").read_text() == before
 

@@ -174,6 +174,24 @@ def test_rotation_keeps_old_receipts_verifying(tmp_path: Path) -> None:
     assert keys.pinned_path.stat().st_mode & 0o777 == 0o600
 
 
+def test_rotate_refuses_a_missing_key_when_receipts_exist(tmp_path: Path) -> None:
+    """Found by an exploratory run: `engine keys rotate` with the key file gone made a new key
+    (`retired: null`) and the lost key's receipts stopped verifying; `init` already refused this."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d"
+    store, keys, _ = make_log(data, 2)
+    store.make_durable()
+    keys.key_path.unlink()
+    env = {**os.environ, "ENGINE_HOME": str(data)}
+    res = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "keys", "rotate"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert res.returncode != 0 and "signing key is missing" in res.stderr, res.stderr
+    assert not keys.key_path.exists()
+
+
 def test_one_chain_under_concurrent_appends(tmp_path: Path) -> None:
     store, keys = DuckDBStore(tmp_path / "d"), KeyRing(tmp_path / "d")
     log = ReceiptLog(store, keys)
