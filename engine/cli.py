@@ -319,9 +319,21 @@ def tune(
     the proposal as a config version gated by `engine eval compare` on a dev split."""
     from .tune import tune as run_tune
     from .tune import tune_confidence_file, tune_rerank_file
+    from .tune_release import check_dev_metrics
 
     if release is not None:
-        _tune_release(metrics, config_ref(config_dir, None).path, release, suite, split, workspace, adopt, metric, fmt)
+        _tune_release(
+            metrics,
+            config_ref(config_dir, None).path,
+            release,
+            suite,
+            split,
+            workspace,
+            adopt,
+            metric,
+            fmt,
+            min_queries,
+        )
         return
 
     if (rerank or confidence) and fmt not in ("text", "json"):  # nested reports: no table form
@@ -352,6 +364,7 @@ def tune(
                 typer.echo(f"{'':<20}{run}: {before:.4f} → {after:.4f}")
         return
     try:
+        check_dev_metrics(metrics)  # like --release, --rerank and --confidence: learn from dev splits only
         rows = run_tune(metrics, config_ref(config_dir, None).path, metric=metric, min_queries=min_queries, out=out)
     except EngineError as exc:
         _fail(exc)
@@ -376,6 +389,7 @@ def _tune_release(
     adopt: bool,
     metric: str,
     fmt: str,
+    min_queries: int,
 ) -> None:
     from .tune_release import release
 
@@ -385,7 +399,17 @@ def _tune_release(
     if fmt not in ("text", "json"):
         _fail(SpecError(f"--format {fmt} is not offered with --release; use text or json"))
     try:
-        r = release(metrics, config_dir, out_dir, suite, split=split, workspace=workspace, adopt=adopt, metric=metric)
+        r = release(
+            metrics,
+            config_dir,
+            out_dir,
+            suite,
+            split=split,
+            workspace=workspace,
+            adopt=adopt,
+            metric=metric,
+            min_queries=min_queries,
+        )
     except EngineError as exc:
         _fail(exc)
         return

@@ -60,7 +60,7 @@ def _echo_json(value: Any) -> None:
 @receipts_app.command("list")
 def receipts_list(
     workspace: WorkspaceOpt = None,
-    limit: int = 20,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many receipts, newest first.")] = 20,
     klass: Annotated[str | None, typer.Option("--class", help="Classifier class")] = None,
     status: Annotated[str | None, typer.Option(help="ok or an error code")] = None,
     pipeline: Annotated[str | None, typer.Option(help="A pipeline on the receipt's path")] = None,

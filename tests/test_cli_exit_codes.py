@@ -89,3 +89,28 @@ def test_doctor_reports_a_store_it_cannot_open_as_a_failed_check(
     checks = {c["check"]: c for c in store_checks(tmp_path)}
     assert checks["store"]["ok"] is False and "Read-only file system" in checks["store"]["detail"]
     assert "signing key" in checks
+
+
+def test_malformed_suites_and_empty_comparisons_are_classified(tmp_path: Path) -> None:
+    """Found by an exploratory run: a qrels score `x` and a corpus row without `_id` were tracebacks;
+    `eval compare` of runs with nothing in common passed as "0 regressions in 0 checks" (the release
+    gate), and `receipts list --limit -1` blamed a healthy store."""
+    from engine.errors import EvalError
+    from engine.evaluation.compare import compare
+    from engine.evaluation.suite import load_suite
+
+    suite = tmp_path / "s"
+    (suite / "qrels").mkdir(parents=True)
+    (suite / "corpus.jsonl").write_text('{"_id": "d1", "text": "def f(): pass"}\n')
+    (suite / "queries.jsonl").write_text('{"_id": "q1", "text": "where is f"}\n')
+    (suite / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\tx\n")
+    with pytest.raises(EvalError, match="not an integer"):
+        load_suite(suite, "test")
+    (suite / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (suite / "corpus.jsonl").write_text('{"text": "def f(): pass"}\n')
+    with pytest.raises(EvalError, match="no _id"):
+        load_suite(suite, "test")
+    with pytest.raises(EvalError, match="nothing to compare"):
+        compare({"arms": {"router": {"overall": {}}}}, {"arms": {}})
+    res = run("receipts", "list", "--limit", "-1", "--workspace", str(tmp_path), cwd=tmp_path)
+    assert res.returncode == 2 and "store_error" not in res.stderr

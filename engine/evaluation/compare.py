@@ -91,16 +91,24 @@ def _latency(arm: str, base: dict[str, Any], new: dict[str, Any], floor_ms: floa
 
 
 def compare(base: dict[str, Any], new: dict[str, Any], latency_floor_ms: float = 5.0) -> list[Check]:
-    """Every check of NEW against BASE; callers fail when any ``regression`` is set."""
+    """Every check of NEW against BASE; callers fail when any ``regression`` is set. Two runs with no
+    quality to compare are an error: the release gate passed on "0 regressions in 0 checks" (found
+    by an exploratory run).
+
+    Raises:
+        EvalError: no arm of the two runs has an nDCG@10 to compare.
+    """
     checks: list[Check] = []
     for arm, b_arm in base.get("arms", {}).items():
         n_arm = new.get("arms", {}).get(arm)
-        if n_arm is None:
+        if n_arm is None:  # compared where both have it (compare_paths warns)
             continue
         checks += _latency(arm, b_arm["overall"], n_arm["overall"], latency_floor_ms)
         checks += _quality(arm, "overall", b_arm["overall"], n_arm["overall"])
         for klass in sorted(set(b_arm.get("classes", {})) & set(n_arm.get("classes", {}))):
             checks += _quality(arm, klass, b_arm["classes"][klass], n_arm["classes"][klass])
+    if not any(c.metric == "nDCG@10" for c in checks):
+        raise EvalError("nothing to compare: the two runs share no arm with scored questions (0 queries, no arms?)")
     for arm, n_arm in new.get("arms", {}).items():
         rate = (n_arm["overall"].get("receipts") or {}).get("rate")
         if rate is not None:

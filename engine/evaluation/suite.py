@@ -113,10 +113,20 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
                 continue
             if len(parts) < 3:
                 raise SuiteError(f"{path}:{n}: expected query-id, corpus-id, score")
-            qid, cid, score = parts[0], parts[1], int(parts[-1])
+            try:
+                score = int(parts[-1])
+            except ValueError:
+                raise SuiteError(f"{path}:{n}: the score {parts[-1][:40]!r} is not an integer") from None
+            qid, cid = parts[0], parts[1]
             if score > 0:
                 qrels.setdefault(qid, {})[cid] = score
     return qrels
+
+
+def _corpus_id(row: dict[str, Any]) -> str:
+    if "_id" not in row:
+        raise SuiteError(f"a corpus row has no _id: {json.dumps(row)[:120]}")
+    return str(row["_id"])
 
 
 def _field(row: dict[str, Any], name: str) -> Any:
@@ -168,7 +178,7 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
         meta = d.get("metadata") or {}
         docs.setdefault(snap, []).append(
             Doc(
-                id=str(d["_id"]),
+                id=_corpus_id(d),
                 title=d.get("title") or "",
                 text=d.get("text") or "",
                 snapshot=snap,
