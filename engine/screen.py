@@ -35,6 +35,9 @@ from .workspace import PRIVATE_DIRS, contained, in_excluded_dir, is_excluded
 #: adapters whose snippets are read from files the policy has already judged (live, or when the
 #: index was built); anything else (mcp, http, command, fake) has its text scanned too
 TRUSTED_CONTENT = frozenset({"ripgrep", "bm25", "semantic", "symbols", "typed", "docs"})
+#: the adapters whose items come from a program or server the config names: their paths are only
+#: names (a file of that project must exist, outside the excluded folders)
+EXTERNAL_ADAPTERS = frozenset({"command", "mcp", "http"})
 _URL = re.compile(r"^https?://")
 _URL_CREDENTIALS = re.compile(r"^(https?://)[^/@\s]*@")
 
@@ -69,6 +72,7 @@ def screen(
     by_name = {p.name: p for p in projects}
     out = Screened()
     scan_text = adapter not in TRUSTED_CONTENT
+    external = adapter in EXTERNAL_ADAPTERS
     # an expert returns many regions of one file, and a request's experts the same files
     reasons: dict[tuple[str, str], str | None] = {} if memo is None else memo
     dirs: dict[str, str | None] = {}  # folders' real paths, for this batch
@@ -89,9 +93,9 @@ def screen(
             continue
         key = (e.project, e.path)
         if key not in reasons:
-            reasons[key] = _file_reason(project, e.path, policy, data_dir, cached_only, dirs, must_exist=scan_text)
+            reasons[key] = _file_reason(project, e.path, policy, data_dir, cached_only, dirs, must_exist=external)
         reason = reasons[key]
-        if reason is None and scan_text and (is_excluded(e.path) or in_excluded_dir(e.path)):
+        if reason is None and external and (is_excluded(e.path) or in_excluded_dir(e.path)):
             reason = "excluded"  # what no index holds and ripgrep never reads (node_modules, build …)
         if reason is None and scan_text and policy.findings(f"{e.content}\n{e.symbol or ''}", e.path):
             reason = "secret"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from .errors import SchemaError
+from .screen import EXTERNAL_ADAPTERS
 from .spec import ConfigSet
 from .yamlfile import line_of
 
 #: adapters whose expert runs a program or talks to a server the config names
-PROGRAM_ADAPTERS = frozenset({"command", "mcp", "http"})
+PROGRAM_ADAPTERS = EXTERNAL_ADAPTERS
 
 
 def check_workspace_trust(cfg: ConfigSet) -> None:
