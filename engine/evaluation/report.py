@@ -203,6 +203,11 @@ def markdown(metrics: dict[str, Any]) -> str:
     ]
     for name, arm in metrics["arms"].items():
         lines.append(_row([name], arm["overall"]))
+    failed = {
+        name: arm["overall"].get("errors") for name, arm in metrics["arms"].items() if arm["overall"].get("errors")
+    }
+    if failed:  # scored as misses above: say so, or a column of numbers hides a broken run
+        lines += ["", f"**Warning:** questions answered with an error (scored as misses): {failed}"]
     changed = [name for name, arm in metrics["arms"].items() if arm.get("config_versions_seen")]
     if changed:
         lines += [

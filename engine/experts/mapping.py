@@ -417,7 +417,7 @@ def _int(value: Any, expert: str) -> int | None:
         return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: `"line": Infinity`
         raise ExpertOutputError(f"line {value!r} is not an integer", expert=expert) from None
 
 

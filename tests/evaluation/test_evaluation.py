@@ -278,3 +278,16 @@ def test_tune_proposes_priors_from_single_expert_arms(env: dict[str, Any], tmp_p
         assert r["new"] is None or r["new"] == pytest.approx(round(ratio / 0.05) * 0.05, abs=1e-6)
     cfg = load_config(proposed)  # the proposal is a valid priors.yaml
     assert any(w == 1.0 for c in cfg.priors.classes.values() for w in c.values())
+
+
+def test_the_report_says_when_questions_were_answered_with_an_error(env: dict[str, Any]) -> None:
+    """Found by an exploratory run: 4 of 6 questions were invalid_request, scored as misses, and the
+    report showed only the low numbers (the count was in metrics.json alone)."""
+    import copy
+
+    from engine.evaluation.report import markdown
+
+    metrics = copy.deepcopy(env["metrics"])
+    assert "answered with an error" not in markdown(metrics)
+    metrics["arms"]["router"]["overall"]["errors"] = 4
+    assert "questions answered with an error (scored as misses): {'router': 4}" in markdown(metrics)

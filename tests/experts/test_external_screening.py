@@ -58,6 +58,10 @@ async def test_a_score_that_is_not_finite_is_malformed_output(ws: Workspace) -> 
     )
     with pytest.raises(ExpertOutputError, match="finite"):
         await call(cmd, query(ws, "where is the payment gateway"))
+    # an infinite line number is malformed output too (it was an internal OverflowError)
+    code = 'print(\'{"file": "src/alpha.py", "line": Infinity, "text": "x"}\')'
+    with pytest.raises(ExpertOutputError, match="not an integer"):
+        await call(jsonl_command(ws, code), query(ws, "where is the payment gateway"))
 
 
 async def test_a_row_of_a_project_out_of_scope_is_not_rehomed(ws: Workspace) -> None:
