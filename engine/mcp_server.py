@@ -189,7 +189,7 @@ def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCE
         msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         # a request whose id is not a string or an integer (true, 1.5) parses as a notification,
         # which JSON-RPC answers with nothing: the client would wait forever
-        if not isinstance(msg, types.JSONRPCNotification) or b'"id"' not in line or not _has_id(line):
+        if not isinstance(msg, types.JSONRPCNotification) or b'"id"' not in line or not _has_bad_id(line):
             return msg, None
         return None, _wire_error(None, types.INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
     except pydantic.ValidationError:
@@ -206,14 +206,6 @@ def parse_line(line: bytes) -> tuple[types.JSONRPCMessage | None, types.JSONRPCE
             return None, None  # a broken notification: JSON-RPC answers nothing
         rid = rid if isinstance(rid, (int, str)) and not isinstance(rid, bool) else None
         return None, _wire_error(rid, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
-
-
-def _has_id(line: bytes) -> bool:
-    try:
-        data = json.loads(line)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and "id" in data
 
 
 def _wire_error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError:
@@ -342,6 +334,8 @@ class RequestIds:
 
 
 def _has_bad_id(body: bytes) -> bool:
+    """Does a JSON-RPC message (or batch) hold a request whose ``id`` is not a string or an integer
+    (the stdio wire and the HTTP endpoint both answer it ``-32600``)?"""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
