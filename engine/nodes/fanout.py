@@ -164,6 +164,10 @@ class FanoutNode(Node):
                 outcome.status, outcome.error_class, outcome.error = "skipped", "over_budget", deadline.skip
                 return
             items = await self._search(state, expert, query, outcome, deadline)
+            if outcome.error_class == "early_exit":
+                # left out while its answer was on the way: a task whose awaited result is already
+                # in is not cancelled, and (screen verdicts cached) it reaches here without a checkpoint
+                return
             if outcome.status == "ok":
                 with expert_errors(name):
                     outcome.freshness = expert.freshness(query)

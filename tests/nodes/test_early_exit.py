@@ -125,3 +125,29 @@ def test_a_bad_early_exit_setting_fails_at_load(tmp_path: Path) -> None:
     experts = {"sym": _expert(1, []), "grep": _expert(1, [])}
     with pytest.raises(GraphError, match=r"min_agree must be 1\.\.2"):
         _run(tmp_path, experts, {"experts": ["sym", "grep"], "min_agree": 3})
+
+
+def test_a_skip_expert_finishing_with_the_agreement_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The skip expert answers in the same loop cycle as the last listed expert: its task is already
+    resuming when the fan-out ends early (anyio does not cancel a task whose awaited future is
+    done) and, its files' secret verdicts being cached (no checkpoint in the screen), it ran on to
+    put its items back on the outcome the early exit had emptied — a flake in CI: semantic and
+    typed fused into a typed-symbol answer that symbols and ripgrep agreed on."""
+    from engine.nodes import fanout
+    from engine.screen import Screened
+
+    async def screened_at_once(state: Any, expert: Any, items: Any, query: Any) -> Screened:
+        out = Screened()
+        out.items.extend(items)
+        return out  # as a screen whose every verdict is cached: no checkpoint
+
+    monkeypatch.setattr(fanout, "_screen", screened_at_once)
+    experts = {
+        "sym": _expert(1, [{**DEFINITION, "meta": {"role": "definition"}}]),
+        "grep": _expert(30, [{**DEFINITION, "meta": {"definition": True}}]),
+        "same": _expert(30, [{"project": "ws", "path": "other.py", "kind": "chunk"}], precision="semantic"),
+    }
+    result = _run(tmp_path, experts, {"experts": ["sym", "grep"], "min_agree": 2})
+    per = result.response["receipt"]["per_expert"]
+    assert per["same"]["status"] == "skipped" and per["same"]["result_count"] == 0, per["same"]
+    assert [it["path"] for it in result.response["items"]] == ["src/retry.py"]

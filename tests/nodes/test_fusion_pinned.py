@@ -98,13 +98,17 @@ def all_indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_fused_answers_are_unchanged(all_indexed: tuple[Path, Path]) -> None:
     ws, config = all_indexed
     got = {}
+    statuses = {}
     for name, case in CASES.items():
         fields = {k: v for k, v in case.items() if k != "question"}
         result = ask(config, ws, case["question"], **fields)
         assert result.error is None, (name, result.response.get("error"))
         got[name] = _pinned(result.response)
+        # on a mismatch, say how each expert ended (a timing-dependent status is the usual cause)
+        per_expert = result.response["receipt"]["per_expert"]
+        statuses[name] = {e: (o.get("status"), o.get("error_class"), o.get("error")) for e, o in per_expert.items()}
     if os.environ.get("PIN_REGEN") == "1":
         GOLDEN.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
     expected = json.loads(GOLDEN.read_text())
     for name in CASES:
-        assert got[name] == expected[name], name
+        assert got[name] == expected[name], (name, statuses[name])
