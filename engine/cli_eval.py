@@ -56,7 +56,7 @@ def eval_run(
             help="Comma list: router, any expert id, bm25-peer. Default: router, each expert it can select, bm25-peer."
         ),
     ] = None,
-    limit_queries: Annotated[int | None, typer.Option("--limit-queries", help="First N queries only")] = None,
+    limit_queries: Annotated[int | None, typer.Option("--limit-queries", min=1, help="First N queries only")] = None,
     request_limit: Annotated[
         int | None,
         typer.Option(
@@ -171,7 +171,7 @@ def bench(
     config_dir: ConfigDirOpt = None,
     questions: Annotated[Path | None, typer.Option(help="One question per line (or JSON lines)")] = None,
     n_questions: Annotated[int, typer.Option("--n-questions", help="Generated questions when no file")] = 30,
-    rounds: Annotated[int, typer.Option(help="Measured passes over the questions")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured passes over the questions")] = 3,
     data_dir: Annotated[
         Path | None,
         typer.Option(

@@ -114,3 +114,6 @@ def test_malformed_suites_and_empty_comparisons_are_classified(tmp_path: Path) -
         compare({"arms": {"router": {"overall": {}}}}, {"arms": {}})
     res = run("receipts", "list", "--limit", "-1", "--workspace", str(tmp_path), cwd=tmp_path)
     assert res.returncode == 2 and "store_error" not in res.stderr
+    for argv in (("eval", "run", str(suite), "--limit-queries", "-3"), ("bench", str(suite), "--rounds", "0")):
+        res = run(*argv, cwd=tmp_path)  # refused before any work (a negative count sliced from the end)
+        assert res.returncode == 2 and "Invalid value" in res.stderr, argv
