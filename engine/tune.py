@@ -76,6 +76,15 @@ def propose(
     return new, rows
 
 
+def write_proposal(out: Path, config_dir: Path, new: dict[str, Any], header: str) -> None:
+    """``new`` written over the current priors.yaml's text: its comments, order and quoting are
+    kept and only the changed values differ (a reviewer's diff is the change; a file rewritten by
+    ``yaml.safe_dump`` lost every comment a user had written, also on ``--release --adopt``)."""
+    from .yamlfile import updated_text
+
+    out.write_text(header + updated_text((config_dir / "priors.yaml").read_text(), new))
+
+
 def tune(
     metrics_files: list[Path],
     config_dir: Path,
@@ -93,7 +102,7 @@ def tune(
             f"# Proposed by `engine tune` from {', '.join(str(f) for f in metrics_files)}\n"
             f"# (metric {metric}, classes with >= {min_queries} queries, floor {floor}, step {step}).\n"
         )
-        out.write_text(header + yaml.safe_dump(new, sort_keys=False))
+        write_proposal(out, config_dir, new, header)
     return rows
 
 
@@ -107,7 +116,7 @@ def tune_rerank_file(run_dirs: list[Path], config_dir: Path, *, out: Path | None
         new = copy.deepcopy(raw)
         new["rerank"] = sets
         header = f"# Proposed by `engine tune --rerank` from {', '.join(str(r) for r in run_dirs)}\n"
-        out.write_text(header + yaml.safe_dump(new, sort_keys=False))
+        write_proposal(out, config_dir, new, header)
     return rows
 
 
@@ -121,5 +130,5 @@ def tune_confidence_file(run_dirs: list[Path], config_dir: Path, *, out: Path | 
         new = copy.deepcopy(raw)
         new["confidence"] = {**(raw.get("confidence") or {}), "model": model}
         header = f"# Proposed by `engine tune --confidence` from {', '.join(str(r) for r in run_dirs)}\n"
-        out.write_text(header + yaml.safe_dump(new, sort_keys=False))
+        write_proposal(out, config_dir, new, header)
     return {"model": model, **report}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, MutableMapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -141,3 +142,33 @@ def load_yaml(file: Path, schema: str) -> dict[str, Any]:
         path, message = error_path(errors[0])
         raise SchemaError(message, file=str(file), path=_json_path(path), line=_line_of(yaml.compose(text), path))
     return data
+
+
+def updated_text(original: str, new: Mapping[str, Any]) -> str:
+    """``original`` (a YAML document) with its values replaced by ``new``'s, comments, key order and
+    quoting kept: a round trip through ruamel.yaml (PyYAML drops comments), changed keys assigned,
+    removed keys deleted, new keys appended. ``yaml.safe_load`` of the result equals ``new``."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096  # never re-wrap a long line the user wrote
+    doc = rt.load(original)
+    if not isinstance(doc, MutableMapping):
+        doc = {}
+    _merge(doc, new)
+    out = io.StringIO()
+    rt.dump(doc, out)
+    return out.getvalue()
+
+
+def _merge(dst: MutableMapping[str, Any], src: Mapping[str, Any]) -> None:
+    for key in [k for k in dst if k not in src]:
+        del dst[key]
+    for key, value in src.items():
+        if isinstance(dst.get(key), MutableMapping) and isinstance(value, Mapping):
+            _merge(dst[key], value)
+        elif key not in dst or dst[key] != value:
+            dst[key] = value

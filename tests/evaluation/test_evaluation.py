@@ -262,9 +262,12 @@ def test_tune_proposes_priors_from_single_expert_arms(env: dict[str, Any], tmp_p
     from engine.spec import load_config
     from engine.tune import tune
 
-    proposed = tmp_path / "tuned"
+    proposed, current = tmp_path / "tuned", tmp_path / "current"
     shutil.copytree(env["config"], proposed)
-    rows = tune([env["out"] / "metrics.json"], env["config"], min_queries=1, out=proposed / "priors.yaml")
+    shutil.copytree(env["config"], current)
+    text = (current / "priors.yaml").read_text()
+    (current / "priors.yaml").write_text("# why these weights: a user's note\n" + text.replace("\n", "  # kept\n", 1))
+    rows = tune([env["out"] / "metrics.json"], current, min_queries=1, out=proposed / "priors.yaml")
     metrics = json.loads((env["out"] / "metrics.json").read_text())["arms"]
     assert rows
     for r in rows:  # each proposal is the expert's nDCG@10 relative to the best single expert of that class
@@ -278,6 +281,13 @@ def test_tune_proposes_priors_from_single_expert_arms(env: dict[str, Any], tmp_p
         assert r["new"] is None or r["new"] == pytest.approx(round(ratio / 0.05) * 0.05, abs=1e-6)
     cfg = load_config(proposed)  # the proposal is a valid priors.yaml
     assert any(w == 1.0 for c in cfg.priors.classes.values() for w in c.values())
+    # the user's comments and key order survive (safe_dump dropped every comment); only values move
+    before = (current / "priors.yaml").read_text().splitlines()
+    after = (proposed / "priors.yaml").read_text().splitlines()
+    assert before[0] in after and before[1] in after  # a comment line, a line with a trailing comment
+    assert [line.split(":")[0] for line in after if line and not line.startswith(("#", " "))] == [
+        line.split(":")[0] for line in before if line and not line.startswith(("#", " "))
+    ]
 
 
 def test_the_report_says_when_questions_were_answered_with_an_error(env: dict[str, Any]) -> None:
