@@ -93,7 +93,7 @@ class _NewVersion:
 @dataclass
 class _Loaded:
     config: ConfigSet
-    stamp: tuple[tuple[str, int, int], ...]
+    stamp: tuple[tuple[str, int, int, int], ...]
     graphs: dict[str, PipelineGraph] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # pipeline → config_version, hashed once
 
@@ -142,7 +142,7 @@ class Router:
         self.flywheel = Flywheel(self.store)  # hints and the bandit: read by nodes, fed after answers
 
     # ------------------------------------------------------------------ config (hot reload)
-    def _stamp(self) -> tuple[tuple[str, int, int], ...]:
+    def _stamp(self) -> tuple[tuple[str, int, int, int], ...]:
         """(file, mtime, size) of every config file: one ``stat`` each per request (~2 µs). The list
         of pipeline files is read again only when the pipelines folder's own mtime moves (a file
         added, removed or renamed over, as editors save)."""
@@ -159,9 +159,10 @@ class Router:
         for f in self._config_files:
             try:
                 st = os.stat(f)
-                out.append((f, st.st_mtime_ns, st.st_size))
+                # ctime too: `cp -p` / `rsync -t` can replace a file keeping its size and mtime
+                out.append((f, st.st_mtime_ns, st.st_size, st.st_ctime_ns))
             except OSError:
-                out.append((f, -1, -1))
+                out.append((f, -1, -1, -1))
         return tuple(out)
 
     def config(self) -> ConfigSet:

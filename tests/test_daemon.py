@@ -294,3 +294,102 @@ def test_the_client_path_imports_no_engine_machinery(ws: Path) -> None:
     heavy = {"typer", "anyio", "engine.cli", "engine.runtime", "engine.spec", "yaml", "jsonschema", "duckdb"}
     heavy |= {"json", "hashlib", "dataclasses", "typing", "subprocess"}  # ~1-10 ms each on this path
     assert not heavy & imported, heavy & imported
+
+
+# ------------------------------------------------------------------ found by an exploratory run
+
+
+def test_the_client_talks_only_to_a_daemon_of_its_own_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long data dir's socket lives in a shared /tmp folder: another local user who made the socket
+    first read every question and answered anything. The client checks the listener's uid."""
+    from engine.daemon import client
+
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    try:
+        conn = client.connect(path)
+        assert conn is not None and client.peer_uid(conn) == os.getuid()
+        conn.close()
+        me = os.getuid()
+        monkeypatch.setattr(client.os, "getuid", lambda: me + 4242)  # as another user sees it
+        assert client.connect(path) is None
+    finally:
+        server.close()
+
+
+def test_a_live_daemon_that_does_not_listen_is_not_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its life lock held, its socket gone (removed, or bound under another XDG_RUNTIME_DIR): each
+    call waited the whole 30 s start timeout before answering in-process."""
+    import fcntl
+
+    from engine.daemon import client
+
+    monkeypatch.setattr(client, "ACK_TIMEOUT_S", 0.3)
+    addr = Address.of([str(tmp_path)], str(tmp_path / ".engine"))
+    (tmp_path / ".engine" / "daemon").mkdir(parents=True, mode=0o700)
+    holder = os.open(addr.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # "a live daemon"
+    try:
+        started = time.monotonic()
+        assert client.start(addr) is None
+        assert time.monotonic() - started < 3.0
+    finally:
+        os.close(holder)
+    other = Address.of([str(tmp_path)], str(tmp_path / ".engine"), env={**os.environ, "XDG_RUNTIME_DIR": "/elsewhere"})
+    assert other.key != addr.key  # the runtime dir can hold the socket: it names its own daemon
+
+
+def test_an_acknowledged_call_that_is_never_answered_does_not_hang_the_shell(tmp_path: Path) -> None:
+    """A stalled daemon (SIGSTOP, a deadlock) acknowledged and then held the client for ever."""
+    import threading
+
+    from engine.daemon import client, frame
+
+    assert client.answer_timeout(["-q", "x", "--budget-ms", "500"]) == pytest.approx(0.5 + client.ANSWER_GRACE_S)
+    assert client.answer_timeout(["--budget-ms=2000"]) == pytest.approx(2 + client.ANSWER_GRACE_S)
+    assert client.answer_timeout(["-q", "x"]) == client.ANSWER_TIMEOUT_S
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    held: list[socket.socket] = []
+
+    def ack_and_stall() -> None:
+        peer, _ = server.accept()
+        peer.recv(1 << 16)
+        peer.sendall(frame({"ack": True}))
+        held.append(peer)  # and never answers
+
+    threading.Thread(target=ack_and_stall, daemon=True).start()
+    conn = client.connect(path)
+    assert conn is not None
+    started = time.monotonic()
+    with pytest.raises(client.Stalled):
+        client.call(conn, {"op": "run"}, timeout_s=0.3)
+    assert time.monotonic() - started < 3.0
+    conn.close()
+    server.close()
+
+
+def test_a_closed_stdout_ends_the_client_quietly(tmp_path: Path) -> None:
+    """`engine run … | head -c1` through the daemon: a BrokenPipeError traceback (in-process: quiet)."""
+    code = "import sys; from engine.daemon import emit; sys.stdin.read(); emit('x' * 50_000_000, '')"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the answer is printed
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=30) == 1 and b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_an_empty_folder_at_the_socket_path_does_not_stop_the_daemon(ws: Path) -> None:
+    """Every call started a daemon that died on IsADirectoryError, and answered in-process."""
+    addr = Address.of([str(ws)], str(ws / ".engine"))
+    Path(addr.socket_path).mkdir(parents=True)
+    res = ask(ws)
+    assert res.returncode == 0, res.stderr
+    assert _pids(ws / ".engine") and stat.S_ISSOCK(os.stat(addr.socket_path).st_mode)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -249,3 +250,22 @@ def test_rule_weights_override_class_priors_for_long_descriptions(indexed: Path,
     assert short["fusion"]["weights"]["semantic"] == 1.0 and short["fusion"]["weights"]["bm25"] == 0.5
     assert long_r["fusion"]["weights"]["semantic"] == 0.5 and long_r["fusion"]["weights"]["bm25"] == 1.0
     assert "(rule long-description)" in long_r["experts_selected"]["why"]["bm25"]
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_still_picked_up(indexed: Path, config_dir: Path) -> None:
+    """`cp -p` / `rsync -t` can replace priors.yaml keeping its size and mtime: a long-lived Router
+    (serve, the daemon) kept the old config (found by an exploratory run). ctime is compared too."""
+    from engine.runtime import Router
+    from engine.workspace import Workspace
+
+    router = Router(config_dir, Workspace.open([indexed]))
+    priors = config_dir / "priors.yaml"
+    before = router.config().priors
+    st = priors.stat()
+    text = priors.read_text()
+    assert "bm25: 0.5" in text
+    time.sleep(0.01)
+    priors.write_text(text.replace("bm25: 0.5", "bm25: 0.4", 1))  # same size
+    os.utime(priors, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime
+    after = router.config().priors
+    assert after is not before and after != before

@@ -107,10 +107,16 @@ class Address:
     def of(cls, roots: list[str], data_dir: str, env: dict[str, str] | None = None) -> Address:
         """The daemon for these roots and this environment. ``ENGINE_*`` variables and ``PATH``
         change what an answer is made of (the data dir, cache TTL, which ``git`` runs), so a
-        different environment gets its own daemon; ``ENGINE_NO_DAEMON`` and the idle setting do not."""
+        different environment gets its own daemon; ``ENGINE_NO_DAEMON`` and the idle setting do not.
+        ``XDG_RUNTIME_DIR`` can hold the socket (a long data dir): two shells that differ in it must
+        not find each other's daemon by its life lock and then wait at a socket path it never bound."""
         env = dict(os.environ if env is None else env)
         skip = (OFF_ENV, IDLE_ENV)
-        relevant = {k: v for k, v in sorted(env.items()) if (k.startswith("ENGINE_") or k == "PATH") and k not in skip}
+        relevant = {
+            k: v
+            for k, v in sorted(env.items())
+            if (k.startswith("ENGINE_") or k in ("PATH", "XDG_RUNTIME_DIR")) and k not in skip
+        }
         return cls(tuple(roots), data_dir, _digest(repr([list(roots), data_dir, sorted(relevant.items())])))
 
     @property
@@ -162,9 +168,17 @@ def private_folder(path: str) -> bool:
 
 def emit(stdout: str, stderr: str) -> None:
     """Print a reply exactly as the command does, whether the daemon or this process made it."""
-    if stdout:
-        sys.stdout.write(stdout)
-        sys.stdout.flush()
-    if stderr:
-        sys.stderr.write(stderr)
-        sys.stderr.flush()
+    try:
+        if stdout:
+            sys.stdout.write(stdout)
+            sys.stdout.flush()
+        if stderr:
+            sys.stderr.write(stderr)
+            sys.stderr.flush()
+    except BrokenPipeError:
+        # the reader went away (`engine run … | head -c1`): exit 1 quietly, as the command does —
+        # stdout is pointed at /dev/null so the interpreter's own flush at exit cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(1)

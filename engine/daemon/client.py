@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 #: ``engine run`` options that take no value (tests/test_daemon.py checks this against the command)
 NO_VALUE = frozenset({"--no-cache", "--no-daemon", "--help"})
 ACK_TIMEOUT_S = 5.0  # a live daemon acknowledges within milliseconds
+#: an acknowledged call without a budget: every expert has its own timeout (seconds), so a daemon
+#: silent this long is stalled; with ``--budget-ms`` the wait is the budget and this grace
+ANSWER_TIMEOUT_S = 120.0
+ANSWER_GRACE_S = 10.0
 START_TIMEOUT_S = 30.0  # a daemon starting on a loaded 2-core machine imports for a second or more
 RESTART = "restart"
 
@@ -92,7 +96,13 @@ def run(args: list[str]) -> int | None:
         if conn is None:
             return None
         with conn:
-            reply = call(conn, message)
+            try:
+                reply = call(conn, message, answer_timeout(args))
+            except Stalled:
+                # answering in-process now would ask a second time (two receipts, and the daemon's
+                # answer may still come): say so, as the command reports an environment problem
+                emit("", _stalled_error(addr, answer_timeout(args)))
+                return 1
         if reply == RESTART:
             wait_released(addr)
             continue
@@ -104,15 +114,36 @@ def run(args: list[str]) -> int | None:
     return None
 
 
+def _stalled_error(addr: Address, waited_s: float) -> str:
+    import json  # an error path: the import the common path avoids is fine here
+
+    message = (
+        f"the workspace's daemon acknowledged the call and did not answer within {waited_s:.0f} s "
+        f"(its log: {addr.log_path}); `engine daemon stop` ends it, --no-daemon answers in this process"
+    )
+    return json.dumps({"error": "environment_error", "message": message}, ensure_ascii=False) + "\n"
+
+
 def connect(path: str) -> socket.socket | None:
-    """A connection to the daemon listening there, or None (no socket file, or nobody listening)."""
+    """A connection to the daemon listening there, or None (no socket file, nobody listening, or a
+    listener that is not this user: a socket in a shared ``/tmp`` folder another local user made
+    first would otherwise read every question and answer anything)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
+        if peer_uid(sock) != os.getuid():
+            sock.close()
+            return None
     except OSError:
         sock.close()
         return None
     return sock
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (``SO_PEERCRED``: pid, uid, gid as native ints)."""
+    cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int.from_bytes(cred[4:8], sys.byteorder)
 
 
 def _recv_exactly(conn: socket.socket, n: int) -> bytes | None:
@@ -134,16 +165,41 @@ def receive(conn: socket.socket) -> dict[str, Any] | None:
     return None if body is None else unframe(body)
 
 
-def call(conn: socket.socket, message: dict[str, Any]) -> dict[str, Any] | str | None:
-    """Send one request; the daemon's answer, :data:`RESTART`, or None (fallback, or it went away)."""
+def answer_timeout(args: list[str]) -> float:
+    """How long to wait for an acknowledged call's answer: its ``--budget-ms`` and
+    :data:`ANSWER_GRACE_S`, else :data:`ANSWER_TIMEOUT_S` (a stalled daemon must not hang the shell)."""
+    for i, arg in enumerate(args):
+        raw = arg.split("=", 1)[1] if arg.startswith("--budget-ms=") else None
+        if arg == "--budget-ms" and i + 1 < len(args):
+            raw = args[i + 1]
+        if raw is not None:
+            try:
+                return max(0.0, float(raw)) / 1000 + ANSWER_GRACE_S
+            except ValueError:
+                break  # the command reports the bad value
+    return ANSWER_TIMEOUT_S
+
+
+class Stalled(Exception):
+    """The daemon acknowledged the call and then did not answer in time."""
+
+
+def call(
+    conn: socket.socket, message: dict[str, Any], timeout_s: float = ANSWER_TIMEOUT_S
+) -> dict[str, Any] | str | None:
+    """Send one request; the daemon's answer, :data:`RESTART`, or None (fallback, or it went away).
+    Raises :class:`Stalled` when an acknowledged call is not answered within ``timeout_s``."""
     try:
         conn.sendall(frame(message))
         conn.settimeout(ACK_TIMEOUT_S)
         ack = receive(conn)
         if ack is None or not ack.get("ack"):
             return RESTART if ack is not None and ack.get("restart") else None
-        conn.settimeout(None)  # the answer takes what the request's budget allows
-        return receive(conn)
+        conn.settimeout(timeout_s)
+        try:
+            return receive(conn)
+        except TimeoutError:
+            raise Stalled from None
     except OSError:
         return None
 
@@ -172,12 +228,21 @@ def start(addr: Address) -> socket.socket | None:
         if conn is not None:
             return conn
         proc = _spawn(addr) if _lock_free(addr) else None
+        held_since = time.monotonic()
         while time.monotonic() < deadline:
             conn = connect(addr.socket_path)
             if conn is not None:
                 return conn
             if proc is not None and proc.poll() is not None:
                 return None  # it could not start: its log says why, the command answers in-process
+            if proc is None:
+                # a live daemon holds the life lock but is not listening here: it is stepping down
+                # (its socket was removed) — start the next one once it is gone — or it listens
+                # elsewhere; either way this call does not wait for it past ACK_TIMEOUT_S
+                if _lock_free(addr):
+                    proc = _spawn(addr)
+                elif time.monotonic() - held_since > ACK_TIMEOUT_S:
+                    return None
             time.sleep(0.01)
     finally:
         os.close(gate)

@@ -82,7 +82,10 @@ class Daemon:
         """Listen on the socket: a file left there is stale (this process holds the life lock)."""
         path = self.addr.socket_path
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)  # an empty folder made there by mistake (not empty: OSError, logged)
+            else:
+                os.unlink(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # born 0600: no window in which another user could connect
         try:
