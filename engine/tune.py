@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ def measured_ratios(
         classes = {c for v in experts.values() for c in v.get("classes", {})} - {"abstained"}
         for c in classes:
             vals = {e: v["classes"][c] for e, v in experts.items() if c in v.get("classes", {})}
+            for e, m in vals.items():
+                value = m.get(metric)
+                if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+                    raise SpecError(f"{f}: arm {e!r}, class {c!r}: {metric} is {value!r}, not a finite number")
             n = max((m.get("n", 0) for m in vals.values()), default=0)
             best = max((m.get(metric) or 0.0 for m in vals.values()), default=0.0)
             if n < min_queries or best <= 0:
@@ -85,6 +90,19 @@ def write_proposal(out: Path, config_dir: Path, new: dict[str, Any], header: str
     out.write_text(header + updated_text((config_dir / "priors.yaml").read_text(), new))
 
 
+def known_only(
+    ratios: dict[str, dict[str, tuple[float, int]]], config_dir: Path
+) -> dict[str, dict[str, tuple[float, int]]]:
+    """The measured classes and experts this config can hold: a metrics file from another config (an
+    arm ``grepx``, a class ``unknown``) made a proposal that ``engine validate`` then refused."""
+    from .spec import load_config
+    from .yamlfile import load_schema
+
+    experts = set(load_config(config_dir).experts)
+    classes = set(load_schema("priors")["properties"]["classes"]["properties"])
+    return {c: {e: r for e, r in es.items() if e in experts} for c, es in ratios.items() if c in classes}
+
+
 def tune(
     metrics_files: list[Path],
     config_dir: Path,
@@ -96,7 +114,8 @@ def tune(
     out: Path | None = None,
 ) -> list[dict[str, Any]]:
     raw = yaml.safe_load((config_dir / "priors.yaml").read_text())
-    new, rows = propose(raw, measured_ratios(metrics_files, metric, min_queries), floor=floor, step=step)
+    ratios = known_only(measured_ratios(metrics_files, metric, min_queries), config_dir)
+    new, rows = propose(raw, ratios, floor=floor, step=step)
     if out is not None:
         header = (
             f"# Proposed by `engine tune` from {', '.join(str(f) for f in metrics_files)}\n"

@@ -8,6 +8,7 @@ and the schema bundler (:mod:`engine.schema_bundle`); it imports none of them.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, MutableMapping
 from functools import cache
@@ -29,6 +30,12 @@ class DuplicateKey(yaml.constructor.ConstructorError):  # type: ignore[misc]
     """A mapping names the same key twice: YAML keeps the last silently (``k: 60`` … ``k: 5``)."""
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+#: a config file's values once its aliases are expanded: a 2 KB file of nested aliases (a "billion
+#: laughs") is millions of values to validate and hash — tens of seconds and gigabytes
+MAX_VALUES = 200_000
+
+
 class _Loader(_FAST_LOADER):  # type: ignore[misc]
     """The fast loader, refusing a key given twice in one mapping."""
 
@@ -36,6 +43,8 @@ class _Loader(_FAST_LOADER):  # type: ignore[misc]
 def _mapping_without_duplicates(loader: Any, node: yaml.MappingNode) -> Any:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == MERGE_TAG:
+            continue  # `<<: *base` — merged keys may be overridden; construct_mapping flattens them
         key = loader.construct_object(key_node)
         try:
             first = seen.setdefault(key, key_node.start_mark.line)
@@ -134,14 +143,50 @@ def load_yaml(file: Path, schema: str) -> dict[str, Any]:
             raise SchemaError(
                 f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(file), line=mark.line + 1 if mark else None
             ) from None
-        raise
+        raise SchemaError("not valid config: YAML this loader does not construct", file=str(file)) from None
     if not isinstance(data, dict):
         raise SchemaError("expected a mapping at the top level", file=str(file), line=1)
+    count, bad = _survey(data)
+    if count > MAX_VALUES:
+        raise SchemaError(
+            f"{count:,} values once its aliases are expanded (at most {MAX_VALUES:,}): write them out", file=str(file)
+        )
+    if bad is not None:  # JSON Schema's minimum/maximum let NaN through; none of ours means anything
+        raise SchemaError(
+            "not a finite number (.nan / .inf)",
+            file=str(file),
+            path=_json_path(bad),
+            line=_line_of(yaml.compose(text), bad),
+        )
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:  # only now the node tree, for the line (composing every file on every load cost ~2x)
         path, message = error_path(errors[0])
         raise SchemaError(message, file=str(file), path=_json_path(path), line=_line_of(yaml.compose(text), path))
     return data
+
+
+def _survey(data: Any) -> tuple[int, list[Any] | None]:
+    """(values counted with aliases expanded, the path of the first non-finite float or None).
+    A shared (aliased) container is walked once and its size reused: linear in the file."""
+    sizes: dict[int, int] = {}
+    bad: list[list[Any]] = []
+
+    def walk(value: Any, path: list[Any]) -> int:
+        if isinstance(value, float):
+            if not bad and not math.isfinite(value):
+                bad.append(path)
+            return 1
+        if not isinstance(value, (dict, list)):
+            return 1
+        known = sizes.get(id(value))
+        if known is not None:
+            return known
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        total = 1 + sum(walk(v, [*path, k]) for k, v in items)
+        sizes[id(value)] = total
+        return total
+
+    return walk(data, []), (bad[0] if bad else None)
 
 
 def updated_text(original: str, new: Mapping[str, Any]) -> str:

@@ -184,3 +184,32 @@ def test_a_key_given_twice_is_an_error_at_its_second_line(config_dir: Path, rel:
         checked += 1
     file.write_text(original)
     assert checked > 5
+
+
+def test_merge_keys_non_finite_numbers_and_alias_bombs(config_dir: Path) -> None:
+    """Found by an exploratory run: `<<: {...}` (ordinary YAML) was an internal error that killed the
+    CLI daemon; `.nan` / `.inf` weights validated and made every fused score NaN (and the JSON output
+    invalid); a 2 KB file of nested aliases took 35 s and 700 MB to validate."""
+    priors = config_dir / "priors.yaml"
+    original = priors.read_text()
+    assert "\ngate:\n" in original
+    priors.write_text(original.replace("\ngate:\n", "\ngate:\n  <<: {min_prior: 0.2}\n", 1))
+    assert load_config(config_dir).priors.gate.min_prior == 0.1  # merged; the explicit key overrides it
+    for bad in (".nan", ".inf", "-.inf"):
+        priors.write_text(original.replace("bm25: 0.5", f"bm25: {bad}", 1))
+        with pytest.raises(SchemaError) as err:
+            _validate(config_dir)
+        assert "finite" in err.value.message and _where(err.value) == ("priors.yaml", _line_with(priors, bad)), bad
+    bomb = "\n".join(
+        ["l0: &L0 [" + ", ".join(["x"] * 9) + "]"]
+        + [f"l{i}: &L{i} [" + ", ".join([f"*L{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    )
+    (config_dir / "pipelines" / "router.yaml").write_text(
+        (config_dir / "pipelines" / "router.yaml").read_text()
+        + "\nx_bomb:\n"
+        + "\n".join("  " + ln for ln in bomb.splitlines())
+        + "\n"
+    )
+    priors.write_text(original)
+    with pytest.raises(SchemaError, match="aliases are expanded"):
+        _validate(config_dir)

@@ -301,3 +301,27 @@ def test_the_report_says_when_questions_were_answered_with_an_error(env: dict[st
     assert "answered with an error" not in markdown(metrics)
     metrics["arms"]["router"]["overall"]["errors"] = 4
     assert "questions answered with an error (scored as misses): {'router': 4}" in markdown(metrics)
+
+
+def test_tune_proposes_only_what_the_config_can_hold_and_refuses_nan(config_dir: Path, tmp_path: Path) -> None:
+    """Found by an exploratory run: arms and classes the config does not know (`grepx`, `unknown`)
+    went into a proposal `engine validate` then refused; a NaN metric was an internal error."""
+    from engine.errors import SpecError
+    from engine.spec import load_config
+    from engine.tune import tune
+
+    def arm(v: float) -> dict[str, Any]:
+        return {"classes": {"identifier": {"n": 30, "ndcg@10": v}, "unknown": {"n": 30, "ndcg@10": v}}}
+
+    metrics = tmp_path / "m.json"
+    metrics.write_text(
+        json.dumps({"suite": {"split": "dev"}, "arms": {"ripgrep": arm(0.8), "bm25": arm(0.6), "grepx": arm(0.9)}})
+    )
+    out = tmp_path / "cand"
+    shutil.copytree(config_dir, out)
+    rows = tune([metrics], config_dir, min_queries=1, out=out / "priors.yaml")
+    assert {(r["class"], r["expert"]) for r in rows} == {("identifier", "ripgrep"), ("identifier", "bm25")}
+    load_config(out)  # valid
+    metrics.write_text(json.dumps({"arms": {"ripgrep": arm(float("nan")), "bm25": arm(0.6)}}))
+    with pytest.raises(SpecError, match="not a finite number"):
+        tune([metrics], config_dir, min_queries=1)
