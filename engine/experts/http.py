@@ -14,8 +14,12 @@ Settings (experts.yaml ``settings:``)::
     required: [term]                        # template variables the question must fill
     result: {items: "results", fields: {path: file, line: line, content: snippet}}
 
+    max_response_bytes: 16000000            # the decoded body's cap (default 16 MB)
+
 Errors: a connection that cannot be made (``httpx.TransportError``) → unavailable; a non-2xx
-status → internal; a body that is not JSON or not of the configured shape → malformed.
+status → internal; a body that is not JSON (or nested past the parser), not of the configured
+shape, over ``max_response_bytes`` decoded, not valid HTTP or not in its declared encoding →
+malformed. The body is streamed and parsed in a worker thread.
 
 A fresh ``httpx.AsyncClient`` per search: the router may call from a different event loop on
 each CLI run, and a pooled client is bound to the loop that created it.
@@ -23,9 +27,11 @@ each CLI run, and a pooled client is bound to the loop that created it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx
 
 from ..errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
@@ -35,6 +41,10 @@ from .mapping import ResultMapper, TemplateSet, auth_headers, plan_calls, run_ea
 from .templated import SHARED_SETTINGS, TemplatedExpert
 
 _TEMPLATED = ("params", "json", "headers")
+#: a search API's answer, decoded: the row caps (engine.experts.mapping) read only the first rows
+#: anyway; past this the response is malformed, not buffered (``max_response_bytes`` changes it)
+MAX_RESPONSE_BYTES = 16_000_000
+ERROR_BODY_BYTES = 4096
 
 
 class HttpExpert(TemplatedExpert):
@@ -47,6 +57,7 @@ class HttpExpert(TemplatedExpert):
             "params": {"type": "object"},
             "json": {},
             "headers": {"type": "object"},
+            "max_response_bytes": {"type": "integer", "minimum": 1024},
         },
         required=["url"],
     )
@@ -99,20 +110,42 @@ class HttpExpert(TemplatedExpert):
         body: Any,
         headers: dict[str, str],
     ) -> Any:
+        limit = int(self.settings.get("max_response_bytes", MAX_RESPONSE_BYTES))
         try:
-            resp = await client.request(
+            async with client.stream(
                 method, url, params=params or None, json=body if method == "POST" else None, headers=headers
-            )
-            resp.raise_for_status()
-        except httpx.HTTPStatusError as exc:
-            raise ExpertFailed(
-                f"HTTP {exc.response.status_code} from {url}: {exc.response.text[:200]}",
-                expert=self.name,
-                status=exc.response.status_code,
-            ) from None
+            ) as resp:
+                if resp.is_error:
+                    text = (await _read(resp, ERROR_BODY_BYTES, None)).decode("utf-8", "replace")
+                    raise ExpertFailed(
+                        f"HTTP {resp.status_code} from {url}: {text[:200]}", expert=self.name, status=resp.status_code
+                    )
+                data = await _read(resp, limit, f"response from {url} is over {limit:,} bytes (max_response_bytes)")
+        except ExpertOutputError as exc:
+            raise ExpertOutputError(exc.message, expert=self.name) from None
+        except (httpx.RemoteProtocolError, httpx.DecodingError) as exc:
+            # the host answered, but not in HTTP (a header past h11's buffer) or not in its declared
+            # encoding (a broken gzip): its output is malformed, the server is reachable
+            raise ExpertOutputError(f"response from {url}: {type(exc).__name__}: {exc}", expert=self.name) from None
         except httpx.TransportError as exc:
             raise ExpertUnavailable(f"cannot reach {url}: {type(exc).__name__}: {exc}", expert=self.name) from None
         try:
-            return resp.json()
-        except ValueError as exc:
-            raise ExpertOutputError(f"response from {url} is not JSON: {exc}", expert=self.name) from None
+            # off the event loop: parsing megabytes there stalled every other expert of the request
+            return await anyio.to_thread.run_sync(json.loads, data, abandon_on_cancel=True)
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ExpertOutputError(f"response from {url} is not JSON: {reason}", expert=self.name) from None
+
+
+async def _read(resp: httpx.Response, limit: int, over: str | None) -> bytes:
+    """The decoded body, at most ``limit`` bytes: past it, ``over`` is raised as malformed output
+    (None: the first ``limit`` bytes are enough). A 500 MB body, an endless stream or a gzip bomb
+    held the whole of it in memory (2.7 GB for one request)."""
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        if len(buf) > limit:
+            if over is None:
+                return bytes(buf[:limit])
+            raise ExpertOutputError(over, expert="")
+    return bytes(buf)

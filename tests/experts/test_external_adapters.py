@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 import socket
 import subprocess
@@ -15,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from engine.errors import ExpertUnavailable, ExpertUnconfigured
+from engine.errors import ExpertOutputError, ExpertUnavailable, ExpertUnconfigured
 from engine.experts.base import Expert
 from engine.screen import screen
 from engine.secrets import SecretsPolicy
@@ -162,6 +164,32 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if url.path == "/garbage":
             return self._send(200, "<html>not json")
+        if url.path in ("/endless", "/gzipbomb"):  # never-ending / 1 GB once inflated
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if url.path == "/gzipbomb":
+                self.send_header("Content-Encoding", "gzip")
+                data = gzip.compress(b" " * 64_000_000, compresslevel=9)  # ~62 KB on the wire
+                self.send_header("Content-Length", str(len(data)))
+                with contextlib.suppress(OSError):  # the client hangs up once it has enough
+                    self.end_headers()
+                    self.wfile.write(data)
+                return None
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                while not self.stop.is_set():
+                    self.wfile.write(b"[" * 65536)
+            return None
+        if url.path == "/deep":
+            return self._send(200, "[" * 100_000 + "]" * 100_000)
+        if url.path == "/bigheader":
+            self.send_response(200)
+            self.send_header("X-Big", "x" * 200_000)
+            self.send_header("Content-Length", "2")
+            with contextlib.suppress(OSError):  # the client hangs up mid-header
+                self.end_headers()
+                self.wfile.write(b"{}")
+            return None
         if url.path == "/auth" and self.headers.get("X-Api-Key") != "Token sesame":
             return self._send(401, '{"error": "unauthorized"}')
         hits = []
@@ -230,6 +258,26 @@ async def test_http_auth_header_comes_from_the_named_environment_variable(
     assert {e.project for e in got} == {"alpha", "beta"}
     plan = expert("http", settings, ws).plan(q)
     assert "sesame" not in json.dumps(plan)  # secrets never reach the receipt's sub_queries
+
+
+@pytest.mark.parametrize(
+    "path,reason",
+    [
+        ("/endless", "over 1,048,576 bytes"),
+        ("/gzipbomb", "over 1,048,576 bytes"),
+        ("/deep", "nested too deeply"),
+        ("/bigheader", "RemoteProtocolError"),
+    ],
+)
+async def test_http_answers_too_big_too_deep_or_not_http_are_malformed(
+    ws: Workspace, http_server: str, path: str, reason: str
+) -> None:
+    """Found by an exploratory run: a 500 MB body, an endless one or a gzip bomb was buffered whole
+    (2.7 GB for one request) and parsed on the event loop; 10,000-deep JSON was `internal`; a header
+    past h11's buffer said the answering host was unreachable."""
+    settings = http_settings(http_server, path, max_response_bytes=1_048_576)
+    with pytest.raises(ExpertOutputError, match=reason):
+        await call(expert("http", settings, ws), query(ws, 'where is "PaymentGateway"'))
 
 
 # --------------------------------------------------------------------------------------------- command
