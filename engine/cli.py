@@ -108,7 +108,10 @@ def run(
     reply = answer_reply(result.response, result.exit_code, call.fmt)
     emit(reply.stdout, reply.stderr)
     try:
-        router.flush(timeout_s=10.0)  # after the answer is out: events, cache rows, DuckDB ingest
+        # after the answer is out: events, cache rows, DuckDB ingest. The receipt is already durable
+        # in the spool; with the store's lock held elsewhere its ingest is left to the next process
+        # after a short wait (an agent waits for this command to exit, not only for its answer)
+        router.flush(timeout_s=3.0, last=True)
     finally:
         anyio.run(router.aclose)
     raise typer.Exit(reply.code)

@@ -463,11 +463,14 @@ class Router:
                 for e in self._after
             ]
 
-    def flush(self, ingest: bool = True, timeout_s: float = 5.0) -> None:
+    def flush(self, ingest: bool = True, timeout_s: float = 5.0, last: bool = False) -> None:
         """Off-the-hot-path work: make the receipts durable (the spool's ``fsync``), do the answers'
         bookkeeping (:meth:`_settle_answers`), record events and cache rows, then let the store
         ingest them. A damaged store is logged, never raised:
-        the answer is out and its receipt is in the spool (``engine doctor`` says how to repair)."""
+        the answer is out and its receipt is in the spool (``engine doctor`` says how to repair).
+        ``last``: no answer follows (a one-shot ``engine run``), so nothing is read back for the
+        next one — with another process holding the store's lock those reads kept the finished
+        command alive for a minute after its answer (waiting ``timeout_s`` is all it does)."""
         self.receipt_log.settle()  # the chain hash of the last receipt, for the next one
         try:
             self.store.make_durable()
@@ -497,7 +500,8 @@ class Router:
                 # one-shot `engine run` flushes once and exits, so it never starts one
                 if self._flushes > 1:
                     self.latency.refresh_soon()
-            self.flywheel.load()  # what the answers asked for and memory lacked: stored hints, arms
+            if not last:
+                self.flywheel.load()  # what the answers asked for and memory lacked: stored hints, arms
         except StoreError as exc:
             log.warning("store: %s", exc.message)
         if self._loaded is not None:  # the screen's new secrets verdicts (no-op when none)

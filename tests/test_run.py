@@ -269,3 +269,35 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_picked_up(indexed: Path, con
     os.utime(priors, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime
     after = router.config().priors
     assert after is not before and after != before
+
+
+def test_a_busy_store_does_not_keep_a_one_shot_run_alive(indexed: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: with another process holding store.lock, `engine run --no-daemon`
+    printed its answer at once and exited 70 s later (reads for the next answer, after the last one).
+    The receipt waits in the spool and the next process ingests it."""
+    import fcntl
+
+    env = {**os.environ, "ENGINE_CONFIG_DIR": str(config_dir)}
+    argv = [sys.executable, "-m", "engine.cli", "run", "router", "-q", "RetryPolicy", "-f", "json", "--no-daemon"]
+    first = subprocess.run(argv, cwd=indexed, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr  # the store exists
+    fd = os.open(indexed / ".engine" / "store.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        res = subprocess.run([*argv, "--no-cache"], cwd=indexed, env=env, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        os.close(fd)
+    assert res.returncode == 0, res.stderr
+    receipt_id = json.loads(res.stdout)["receipt"]["receipt_id"]
+    assert took < 20, took  # the 3 s ingest wait plus start-up on a loaded machine; was ~70 s
+    shown = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "receipts", "show", receipt_id, "-w", str(indexed)],
+        cwd=indexed,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0 and receipt_id in shown.stdout, shown.stderr
