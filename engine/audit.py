@@ -16,7 +16,7 @@ says the store could not be read and how to fix it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +73,9 @@ def _logged(store: Store, problems: dict[str, list[str]]) -> dict[str, dict[str,
     return out
 
 
-def _check_copy(s: StoredReceipt | None, logged: dict[str, Any] | None, pinned: Collection[str]) -> list[str]:
+def _check_copy(
+    s: StoredReceipt | None, logged: dict[str, Any] | None, pinned: Collection[str] | Mapping[str, str | None]
+) -> list[str]:
     found: list[str] = []
     if s is not None:
         if s.body is None:
@@ -124,7 +126,9 @@ def _chain_breaks(bodies: Iterable[dict[str, Any]], report: AuditReport) -> dict
     return breaks
 
 
-def audit(store: Store, pinned: Collection[str], receipt_id: str | None = None) -> AuditReport:
+def audit(
+    store: Store, pinned: Collection[str] | Mapping[str, str | None], receipt_id: str | None = None
+) -> AuditReport:
     """Verify the whole log (or one receipt and its chain up to it) against ``pinned`` public keys."""
     report = AuditReport(pinned_keys=len(pinned))
     problems: dict[str, list[str]] = {}

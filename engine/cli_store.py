@@ -125,9 +125,9 @@ def receipts_verify(workspace: WorkspaceOpt = None, receipt_id: Annotated[str | 
     data_dir = _data_dir(workspace)
     note = None
     try:
-        pinned = [p.public_key for p in KeyRing(data_dir).pinned()]
+        pinned = KeyRing(data_dir).verification_keys()
     except ReceiptError as exc:
-        pinned, note = [], exc.message
+        pinned, note = {}, exc.message
     if not pinned and note is None:
         note = "no pinned key: the signing key is missing and none is retired or trusted (`engine doctor`)"
     try:
@@ -186,9 +186,20 @@ def keys_init(
 
 
 @keys_app.command("rotate")
-def keys_rotate(workspace: WorkspaceOpt = None) -> None:
-    """Start a new signing key; the old public key stays pinned (retired). The workspace's `engine run`
-    daemons are stopped; restart `engine serve` servers yourself."""
+def keys_rotate(
+    workspace: WorkspaceOpt = None,
+    revoke: Annotated[
+        bool,
+        typer.Option(
+            "--revoke",
+            help="The old key leaked: receipts it signed stop verifying (without it, what it signed "
+            "before the rotation still verifies and nothing it signs afterwards does).",
+        ),
+    ] = False,
+) -> None:
+    """Start a new signing key; the old public key stays pinned (retired: it verifies receipts made
+    before the rotation, not after). The workspace's `engine run` daemons are stopped; running
+    `engine serve` servers sign with the new key from their next receipt."""
     from .daemon.client import stop_all
     from .keys import INIT_FIX, KeyRing
     from .store import open_store
@@ -200,12 +211,12 @@ def keys_rotate(workspace: WorkspaceOpt = None) -> None:
         # public key was never pinned, and every receipt it signed would stop verifying (as `init`)
         if keys.load() is None and open_store(data_dir).holds_data():
             raise ReceiptError(f"receipts exist in {data_dir} but the signing key is missing; {INIT_FIX}")
-        old, new = keys.rotate()
+        old, new = keys.rotate(revoke=revoke)
     except EngineError as exc:
         _fail(exc)
         return
     stop_all(data_dir)  # a daemon holds the old key: the next `engine run` starts one with the new
-    _echo_json({"retired": old, "current": new})
+    _echo_json({"revoked" if revoke else "retired": old, "current": new})
 
 
 @keys_app.command("trust")

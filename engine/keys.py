@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from nacl.signing import SigningKey
@@ -31,6 +31,10 @@ from .errors import ReceiptError
 
 KEY_FILE = "signing_key.ed25519"
 PINNED_FILE = "signing_keys.pinned.json"
+#: a retired key still verifies receipts made this long after its retirement (``since`` is kept
+#: to the second): an answer signed as `engine keys rotate` ran — a Router reloads the key file
+#: before each receipt, so nothing later is signed with the old key
+RETIRE_GRACE_S = 5
 INIT_FIX = (
     "restore signing_key.ed25519 from a backup; or `engine keys init --force` to start a new key "
     "(receipts signed by the lost key then verify only if you pin its public key: `engine keys trust HEX`)"
@@ -40,7 +44,7 @@ INIT_FIX = (
 @dataclass(frozen=True, slots=True)
 class PinnedKey:
     public_key: str  # hex
-    role: str  # current | retired | trusted
+    role: str  # current | retired | trusted | revoked
     since: str | None = None
 
 
@@ -51,6 +55,14 @@ class KeyRing:
         self.data_dir = data_dir
         self.key_path = data_dir / KEY_FILE
         self.pinned_path = data_dir / PINNED_FILE
+
+    def stamp(self) -> tuple[int, int] | None:
+        """The key file's (inode, mtime): a rotation replaces it (one ``stat``, ~2 µs)."""
+        try:
+            st = os.stat(self.key_path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
 
     def load(self) -> SigningKey | None:
         """The current key, or None when there is none.
@@ -114,6 +126,26 @@ class KeyRing:
                 seen.add(p.public_key)
         return out
 
+    def verification_keys(self) -> dict[str, str | None]:
+        """Public key → the last ``created_at`` it may sign (None: no limit), for
+        :func:`engine.receipts.verify_pinned`. A retired key signs nothing made after its retirement
+        (and :data:`RETIRE_GRACE_S` for answers in flight): a rotation is the remedy for a leaked
+        key, and a receipt forged with that key *now* verified as if nothing had happened. A
+        revoked key (``engine keys rotate --revoke``) verifies nothing; a forger can backdate
+        ``created_at``, so a leaked key is revoked, not only retired."""
+        out: dict[str, str | None] = {}
+        for p in self.pinned():
+            if p.role == "revoked":
+                continue
+            until = None
+            if p.role == "retired" and p.since:
+                try:
+                    until = (datetime.fromisoformat(p.since) + timedelta(seconds=RETIRE_GRACE_S)).isoformat()
+                except ValueError:
+                    until = None
+            out[p.public_key] = until
+        return out
+
     def _read_pinned(self) -> list[PinnedKey]:
         try:
             raw = json.loads(self.pinned_path.read_text())
@@ -137,13 +169,14 @@ class KeyRing:
         finally:
             os.close(fd)
 
-    def rotate(self) -> tuple[str | None, str]:
-        """Retire the current key (its public key stays pinned) and start a new one.
+    def rotate(self, revoke: bool = False) -> tuple[str | None, str]:
+        """Retire the current key (its public key stays pinned: what it signed until now still
+        verifies) — or, ``revoke``, distrust it altogether (a leaked key) — and start a new one.
         Returns (old public key or None, new public key)."""
         with self._locked():
             old = self.load()
             if old is not None:  # pin first: a crash before the swap leaves a pinned current key, harmless
-                self._pin(old.verify_key.encode().hex(), "retired")
+                self._pin(old.verify_key.encode().hex(), "revoked" if revoke else "retired")
             new = SigningKey.generate()
             write_private(self.key_path, new.encode().hex().encode())
         return (old.verify_key.encode().hex() if old else None), new.verify_key.encode().hex()
@@ -164,6 +197,11 @@ class KeyRing:
 
     def _pin(self, public_key: str, role: str) -> None:
         keys = self._read_pinned()
+        now = datetime.now(UTC).isoformat(timespec="seconds")
         if all(p.public_key != public_key for p in keys):
-            keys.append(PinnedKey(public_key, role, datetime.now(UTC).isoformat(timespec="seconds")))
-            self._write_pinned(keys)
+            keys.append(PinnedKey(public_key, role, now))
+        elif role in ("revoked", "trusted"):  # the user's word on a key pinned before wins
+            keys = [PinnedKey(p.public_key, role, now) if p.public_key == public_key else p for p in keys]
+        else:
+            return
+        self._write_pinned(keys)

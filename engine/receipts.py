@@ -35,6 +35,7 @@ import os
 import secrets
 import threading
 from collections.abc import Collection, Mapping
+from datetime import datetime
 from typing import Any
 
 from nacl.exceptions import BadSignatureError
@@ -104,16 +105,29 @@ def verify(receipt: Mapping[str, Any]) -> bool:
     return verify_pinned(receipt, [str(receipt.get("public_key"))]) is None
 
 
-def verify_pinned(receipt: Mapping[str, Any], pinned: Collection[str]) -> str | None:
-    """None when ``receipt`` is signed by one of the ``pinned`` public keys; else why not."""
+def verify_pinned(receipt: Mapping[str, Any], pinned: Collection[str] | Mapping[str, str | None]) -> str | None:
+    """None when ``receipt`` is signed by one of the ``pinned`` public keys; else why not.
+    ``pinned`` may map each key to the last ``created_at`` it may sign
+    (:meth:`engine.keys.KeyRing.verification_keys`: a retired key's retirement)."""
     key = receipt.get("public_key")
     if not isinstance(key, str) or key not in pinned:
         return f"signed by a key that is not pinned ({str(key)[:16]}…)"
+    until = pinned.get(key) if isinstance(pinned, Mapping) else None
+    if until is not None and _after(str(receipt.get("created_at", "")), until):
+        return f"signed by a key retired before it was made (valid until {until})"
     try:
         VerifyKey(bytes.fromhex(key)).verify(signing_bytes(receipt), bytes.fromhex(str(receipt.get("signature"))))
     except (ValueError, TypeError, BadSignatureError):
         return "signature does not verify"
     return None
+
+
+def _after(created_at: str, until: str) -> bool:
+    """Is this receipt's time past the key's limit? An unreadable time is: it cannot be placed."""
+    try:
+        return datetime.fromisoformat(created_at) > datetime.fromisoformat(until)
+    except (ValueError, TypeError):
+        return True
 
 
 class ReceiptLog:
@@ -129,6 +143,7 @@ class ReceiptLog:
         self.keys = keys
         self._lock = threading.Lock()
         self._key: SigningKey | None = None
+        self._key_stamp: tuple[int, int] | None = None
         self._pid = -1
         self._writer = ""
         self._seq = 0
@@ -141,7 +156,11 @@ class ReceiptLog:
         Raises:
             ReceiptError: the key is missing while receipts exist, or unreadable.
         """
-        if self._key is None:
+        stamp = self.keys.stamp()
+        if self._key is None or stamp != self._key_stamp:
+            # (re)loaded when the key file changed: after `engine keys rotate` a running server signs
+            # with the new key (a retired key verifies nothing made after its retirement)
+            self._key_stamp = stamp
             key = self.keys.load()
             if key is None:
                 # checked after the first load: a process that created the key wrote it before any

@@ -22,7 +22,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,7 +130,7 @@ async def drive(
     return samples
 
 
-def check_receipts(store: Store, samples: list[Sample], pinned: list[str]) -> dict[str, Any]:
+def check_receipts(store: Store, samples: list[Sample], pinned: Mapping[str, str | None]) -> dict[str, Any]:
     """Every answered request: exactly one stored row and one log record, verifying under a pinned key."""
     answered = [s.receipt_id for s in samples if s.ok and s.receipt_id]
     stored = {s.receipt_id: s for s in store.stored_receipts()}
@@ -185,8 +185,8 @@ def set_stall(config_dir: Path, on: bool) -> None:
     tmp.replace(path)
 
 
-def pinned_keys(data_dir: Path) -> list[str]:
-    return [p.public_key for p in KeyRing(data_dir).pinned()]
+def pinned_keys(data_dir: Path) -> dict[str, str | None]:
+    return KeyRing(data_dir).verification_keys()
 
 
 def final_audit(store: Store, data_dir: Path) -> dict[str, Any]:

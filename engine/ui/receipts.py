@@ -80,8 +80,8 @@ async def _load(request: Request) -> tuple[dict[str, Any], list[str]]:
     router = backend(request).router
     rid = request.path_params["receipt_id"]
 
-    def read() -> tuple[dict[str, Any] | None, list[str]]:
-        return router.store.get_receipt(rid), [p.public_key for p in router.receipt_log.keys.pinned()]
+    def read() -> tuple[dict[str, Any] | None, dict[str, str | None]]:
+        return router.store.get_receipt(rid), router.receipt_log.keys.verification_keys()
 
     try:
         body, pinned = await in_thread(read)

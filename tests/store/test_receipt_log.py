@@ -37,7 +37,7 @@ def make_log(data: Path, n: int) -> tuple[DuckDBStore, KeyRing, list[dict[str, A
 
 
 def check(store: DuckDBStore, keys: KeyRing) -> AuditReport:
-    return audit(store, [p.public_key for p in keys.pinned()])
+    return audit(store, keys.verification_keys())
 
 
 def problems(report: AuditReport) -> dict[str, list[str]]:
@@ -172,6 +172,35 @@ def test_rotation_keeps_old_receipts_verifying(tmp_path: Path) -> None:
     assert [(p.public_key, p.role) for p in keys.pinned()] == [(new, "current"), (old, "retired")]
     assert check(store, keys).ok
     assert keys.pinned_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_retired_key_verifies_nothing_made_after_its_retirement_and_a_revoked_key_nothing(tmp_path: Path) -> None:
+    """Found by an exploratory run: after `keys rotate` (the remedy for a leaked key) a receipt forged
+    *now* with the old key verified. A running log switches to the new key by itself."""
+    from datetime import UTC, datetime, timedelta
+
+    data = tmp_path / "d"
+    store, keys, rs = make_log(data, 2)
+    running = ReceiptLog(store, keys)
+    running.append(body(3, minute=3))
+    old_seed = keys.key_path.read_text()
+    keys.rotate()
+    assert running.append(body(4, minute=4))["public_key"] != rs[0]["public_key"]  # reloaded the key file
+    later = datetime.now(UTC) + timedelta(seconds=30)  # made after the retirement (and its 5 s grace)
+    forged = {**body(9), "created_at": later.isoformat(timespec="milliseconds")}
+    forged = sign(
+        {**forged, "chain": {"writer": "forged", "seq": 0, "prev": None}}, SigningKey(bytes.fromhex(old_seed))
+    )
+    store.put_receipt(forged)
+    store.sync()
+    report = check(store, keys)
+    assert list(problems(report)) == [forged["receipt_id"]]
+    assert any("retired before it was made" in p for p in problems(report)[forged["receipt_id"]])
+    keys.rotate(revoke=True)  # the newer key leaked too: everything it signed stops verifying
+    assert [p.role for p in keys.pinned()][1:] == ["retired", "revoked"]
+    assert any("not pinned" in p for p in problems(check(store, keys))[f"{4:032x}"])
+    keys.trust(keys.pinned()[2].public_key)  # the user decides otherwise
+    assert f"{4:032x}" not in problems(check(store, keys))
 
 
 def test_rotate_refuses_a_missing_key_when_receipts_exist(tmp_path: Path) -> None:
