@@ -166,10 +166,14 @@ class ConfigSet:
         """What :meth:`config_version` hashes: the pipelines it can reach, experts.yaml,
         priors.yaml and the classifier's rules (kept by the store as a config snapshot)."""
         involved = {pipeline.name: pipeline.raw}
-        for node in pipeline.nodes:
-            for target in node.settings.get("routes", {}).values():
-                if target in self.pipelines:
-                    involved[target] = self.pipelines[target].raw
+        todo = [pipeline]
+        while todo:  # every pipeline a dispatch can reach: its routes and its default, transitively
+            for node in todo.pop().nodes:
+                targets = [*node.settings.get("routes", {}).values(), node.settings.get("default")]
+                for target in targets:
+                    if isinstance(target, str) and target in self.pipelines and target not in involved:
+                        involved[target] = self.pipelines[target].raw
+                        todo.append(self.pipelines[target])
         return {
             "pipelines": involved,
             "experts": self.raw_experts,

@@ -213,3 +213,16 @@ def test_merge_keys_non_finite_numbers_and_alias_bombs(config_dir: Path) -> None
     priors.write_text(original)
     with pytest.raises(SchemaError, match="aliases are expanded"):
         _validate(config_dir)
+
+
+def test_the_routers_version_covers_its_default_pipeline(config_dir: Path) -> None:
+    """Found by an exploratory run: a pipeline reached only as the dispatch's `default` was not in the
+    router's config_version, so editing it kept serving cached answers made with the old one."""
+    router = config_dir / "pipelines" / "router.yaml"
+    router.write_text(router.read_text().replace("        conceptual: conceptual\n", ""))
+    before = load_config(config_dir)
+    conceptual = config_dir / "pipelines" / "conceptual.yaml"
+    conceptual.write_text(conceptual.read_text().replace("description: ", "description: edited. ", 1))
+    after = load_config(config_dir)
+    assert "conceptual" not in yaml.safe_load(router.read_text())["nodes"][1]["settings"]["routes"]
+    assert before.config_version(before.pipelines["router"]) != after.config_version(after.pipelines["router"])
