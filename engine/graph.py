@@ -84,4 +84,25 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
                 spec, f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream", node_id
             )
         node.validate(config, spec)
+    _check_one_end(spec, g, nodes)
     return PipelineGraph(spec, g, nodes)
+
+
+def _check_one_end(spec: PipelineSpec, g: nx.DiGraph, nodes: dict[str, Node]) -> None:
+    """Every node leads to the pipeline's end: its receipt node (at most one), or, in a pipeline
+    run only through a dispatch (no receipt of its own), its one last node. A node off that path
+    does work no answer shows — and a second fan-out raced the first for the same outcomes
+    (an empty answer under a receipt saying every expert was fine)."""
+    receipts = [node_id for node_id, node in nodes.items() if node.kind == "receipt"]
+    if len(receipts) > 1:
+        raise graph_error(spec, f"a pipeline has at most one receipt node; it has {len(receipts)}", receipts[1])
+    ends = receipts or [n for n in g.nodes if g.out_degree(n) == 0]
+    if len(ends) > 1:
+        message = f"a pipeline without a receipt node ends in one node; {', '.join(map(repr, ends))} all end it"
+        raise graph_error(spec, message, ends[1])
+    if not ends:
+        return
+    feeding = nx.ancestors(g, ends[0]) | {ends[0]}
+    for n in spec.nodes:
+        if n.id not in feeding:
+            raise graph_error(spec, f"node {n.id!r} has no path to the pipeline's end {ends[0]!r}", n.id)

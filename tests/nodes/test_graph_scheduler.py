@@ -162,6 +162,27 @@ def test_deterministic_output(tmp_path: Path) -> None:
         ([{"id": "a", "kind": "teleport"}], "unknown kind 'teleport'"),
         ([{"id": "a", "kind": "classify", "after": ["ghost"]}], "unknown node 'ghost'"),
         ([{"id": "a", "kind": "classify"}, {"id": "f", "kind": "fuse", "after": ["a"]}], "needs a score node upstream"),
+        (  # found by an exploratory run: a second fan-out off the path emptied the answer
+            [
+                {"id": "a", "kind": "classify"},
+                {"id": "g", "kind": "gate", "after": ["a"]},
+                {"id": "f", "kind": "fanout", "after": ["g"]},
+                {"id": "f2", "kind": "fanout", "after": ["g"]},
+                {"id": "s", "kind": "score", "after": ["f"]},
+                {"id": "u", "kind": "fuse", "after": ["s"]},
+                {"id": "r", "kind": "receipt", "after": ["u"]},
+            ],
+            "node 'f2' has no path to the pipeline's end 'r'",
+        ),
+        (
+            [
+                {"id": "a", "kind": "classify"},
+                {"id": "r1", "kind": "receipt", "after": ["a"]},
+                {"id": "r2", "kind": "receipt", "after": ["a"]},
+            ],
+            "at most one receipt node",
+        ),
+        ([{"id": "a", "kind": "classify"}, {"id": "b", "kind": "classify"}], "'a', 'b' all end it"),
         (
             [
                 {"id": "a", "kind": "classify"},
