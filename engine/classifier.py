@@ -98,6 +98,11 @@ def default_file() -> Path:
     return Path(str(resources.files("engine").joinpath("classifier_v0.yaml")))
 
 
+FEATURE_PATTERNS = ("quoted", "regex", "identifier", "named", "path", "word")
+#: features whose text is a capture group (quoted: the first non-empty group)
+GROUPED_FEATURES = ("quoted", "regex", "named")
+
+
 def _compile(pattern: str, file: Path, path: list[Any]) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
@@ -140,10 +145,18 @@ def load_classifier(config_root: Path) -> ClassifierSpec:
                 min_keywords=r.get("min_keywords"),
             )
         )
+    features = {k: _compile(f[k], file, ["features", k]) for k in FEATURE_PATTERNS}
+    for k in GROUPED_FEATURES:  # their text is capture group 1: a pattern without one failed every question it met
+        if features[k].groups < 1:
+            where = ["features", k]
+            raise SchemaError(
+                "needs a capture group: the text it finds is group 1",
+                file=str(file),
+                path=f"features/{k}",
+                line=line_of(file, where),
+            )
     return ClassifierSpec(
-        **{
-            k: _compile(f[k], file, ["features", k]) for k in ("quoted", "regex", "identifier", "named", "path", "word")
-        },
+        **features,
         file_ext_words=frozenset(raw.get("file_ext_words", ())),
         limits=dict(raw["limits"]),
         rules=tuple(rules),
@@ -160,7 +173,7 @@ def _uniq(xs: list[str], n: int) -> tuple[str, ...]:
 
 def extract_features(question: str, spec: ClassifierSpec) -> Features:
     """What the question names: literals, a regex, identifiers, keywords and paths (in order, capped)."""
-    literals = [next(g for g in m.groups() if g) for m in spec.quoted.finditer(question)]
+    literals = [g for m in spec.quoted.finditer(question) if (g := next((g for g in m.groups() if g), None))]
     regex_m = spec.regex.search(question)
     regex = regex_m.group(1) if regex_m else None
     unquoted = spec.quoted.sub(" ", question)

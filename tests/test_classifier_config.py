@@ -61,6 +61,9 @@ def test_a_bad_regex_is_a_schema_error_with_file_and_line(tmp_path: Path) -> Non
         (lambda d: d["rules"].append(dict(d["rules"][0])), "used twice"),
         (lambda d: d["limits"].pop("keywords"), "'keywords' is a required property"),
         (lambda d: d["rules"][0].update(min_words=0), "less than the minimum"),
+        # found by an exploratory run: these failed every matching question with IndexError
+        (lambda d: d["features"].update(regex="/x/"), "needs a capture group"),
+        (lambda d: d["features"].update(quoted='"[^"]+"'), "needs a capture group"),
     ],
 )
 def test_schema_violations_are_reported(tmp_path: Path, edit: object, message: str) -> None:
