@@ -104,7 +104,11 @@ class DuckDBStore(SqlReads, RowWrites):
         try:
             con = duckdb.connect(str(path), read_only=read_only)
             if not read_only:
-                ingest.prepare(con, self.spool_dir, self.log_dir)
+                try:
+                    ingest.prepare(con, self.spool_dir, self.log_dir)
+                except StoreError:
+                    con.close()
+                    raise
         except duckdb.Error as exc:
             raise damaged(path, exc) from exc
         finally:
@@ -249,4 +253,12 @@ def damaged(path: Path, exc: BaseException) -> StoreError:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if re.search(r"\block\b", text, re.IGNORECASE):  # DuckDB's own file lock, held by another program
         return StoreError(f"{path.name} is locked: {text}", fix="close the other program holding it", state="busy")
+    if re.search(r"permission denied|operation not permitted|read-only file system", text, re.IGNORECASE):
+        # the file is fine, the file system says no (mode, owner, `chattr +i`): a repair cannot help
+        return StoreError(
+            f"{path} cannot be opened for writing: {text}",
+            fix="check the file's owner, mode and attributes (lsattr) and the file system",
+            path=str(path),
+            state="permission",
+        )
     return StoreError(f"{path.name} is damaged: {text}", fix=REPAIR_FIX, path=str(path), state="damaged")

@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 
 from ..datadir import fsync_dir
+from ..errors import StoreError
 from .records import RepairReport
 from .schema import DDL, JSON_COLUMNS, MIGRATIONS, NEWEST_WINS, SCHEMA_VERSION, TABLES, insert_sql, row_values
 from .spool import (
@@ -50,11 +51,26 @@ def prepare(con: duckdb.DuckDBPyConnection, spool_dir: Path, log_dir: Path) -> N
     row = con.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone()
     if row is not None and row[0] == SCHEMA_VERSION:
         return
+    if row is not None and _newer(str(row[0])):
+        # migrating "back" stamped a newer engine's store as this version and left its tables as
+        # they were: refuse, and leave the file alone
+        raise StoreError(
+            f"the store was written by a newer engine (schema {row[0]}; this engine has {SCHEMA_VERSION})",
+            fix="upgrade the engine, or point ENGINE_HOME at another data dir",
+            state="newer",
+        )
     if row is None and con.execute("SELECT count(*) FROM receipts").fetchone() != (0,):
         salvage(con, spool_dir, log_dir)
     for stmt in MIGRATIONS:
         con.execute(stmt)
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
+
+
+def _newer(version: str) -> bool:
+    try:
+        return int(version) > int(SCHEMA_VERSION)
+    except ValueError:
+        return False  # not a number: an old store's marker, migrated as before
 
 
 def _insert(con: duckdb.DuckDBPyConnection, records: list[Record]) -> int:

@@ -31,3 +31,34 @@ def test_a_schema_2_store_migrates_in_place(tmp_path: Path) -> None:
     ]
     assert [s.config_version for s in again.list_config_snapshots()] == ["v1"]
     assert again.health().ok
+
+
+def test_a_store_from_a_newer_engine_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """Found by an exploratory run: schema 99 was silently "migrated" and stamped back to this version."""
+    import pytest
+
+    from engine.errors import StoreError
+
+    store = DuckDBStore(tmp_path / "data")
+    store.put_receipt(body(1))
+    store.sync()
+    store.close()
+    con = duckdb.connect(str(tmp_path / "data" / "engine.duckdb"))
+    con.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    again = DuckDBStore(tmp_path / "data")
+    again.put_receipt(body(2))
+    with pytest.raises(StoreError) as err:
+        again.sync()
+    assert err.value.context.get("state") == "newer" and "newer engine" in err.value.message
+    con = duckdb.connect(str(tmp_path / "data" / "engine.duckdb"), read_only=True)
+    assert con.execute("SELECT value FROM store_meta WHERE key = 'schema_version'").fetchone() == ("99",)
+    con.close()
+
+
+def test_a_file_the_file_system_refuses_is_not_called_damaged() -> None:
+    """`chattr +i` on the store: every verb said "damaged, run engine store repair", and repair failed."""
+    from engine.store.duckdb_store import damaged
+
+    err = damaged(Path("/d/engine.duckdb"), OSError("IO Error: Cannot open file: Operation not permitted"))
+    assert err.context.get("state") == "permission" and "repair" not in err.message
