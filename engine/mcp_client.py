@@ -35,8 +35,8 @@ from .errors import ExpertFailed, ExpertOutputError, ExpertUnavailable, ExpertUn
 log = logging.getLogger("engine.mcp")
 # A server line that is not JSON-RPC: the SDK logs its traceback (55 lines on the CLI's stderr,
 # whose contract is one JSON error object) and hands the error to the session; the call then
-# ends as the expert's classified error (malformed, or timeout when no answer comes). Its log
-# is kept for `-v` debugging only.
+# ends as the expert's classified error (malformed, or timeout when no answer comes), so the
+# SDK's own log of it is silenced.
 logging.getLogger("mcp.client.stdio").setLevel(logging.CRITICAL)
 
 
