@@ -83,6 +83,7 @@ def build_graph(spec: PipelineSpec, config: ConfigSet) -> PipelineGraph:
             raise graph_error(
                 spec, f"node {node_id!r} ({node.kind}) needs a {' and a '.join(missing)} node upstream", node_id
             )
+        node.check_settings_keys(spec)
         node.validate(config, spec)
     _check_one_end(spec, g, nodes)
     return PipelineGraph(spec, g, nodes)

@@ -48,6 +48,7 @@ def roll_up(items: Sequence[ScoredItem], decay: float) -> list[ScoredItem]:
 @node_kind
 class AggregateNode(Node):
     kind = "aggregate"
+    settings_keys = frozenset({"experts", "decay"})
     requires = ("score",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

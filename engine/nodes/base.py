@@ -208,6 +208,9 @@ class Node(ABC):
     kind: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()  # kinds that must be upstream
     finalizer: ClassVar[bool] = False
+    #: the settings this kind reads: any other key is a typo the graph check names (``expert:``
+    #: for ``experts:`` ran every expert, silently)
+    settings_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: NodeSpec) -> None:
         self.id = spec.id
@@ -220,6 +223,12 @@ class Node(ABC):
     @abstractmethod
     async def run(self, state: RunState) -> Directive | None:
         """Do this node's part of the run, reading and writing only the fields of ``state`` it owns."""
+
+    def check_settings_keys(self, pipeline: PipelineSpec) -> None:
+        unknown = sorted(set(self.settings) - self.settings_keys)
+        if unknown:
+            known = sorted(self.settings_keys)
+            raise self.invalid(pipeline, f"unknown settings {unknown}; known: {known or 'none'}", unknown[0])
 
     def invalid(self, pipeline: PipelineSpec, message: str, *setting: Any) -> GraphError:
         """The error for a bad setting of this node, naming the pipeline file, the line of the node

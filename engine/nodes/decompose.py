@@ -124,9 +124,14 @@ def check_weights(node: Node, raw: Any, config: ConfigSet, pipeline: PipelineSpe
 @node_kind
 class DecomposeNode(Node):
     kind = "decompose"
+    settings_keys = frozenset({"parts", "min_words", "max_items"})
     requires = ("gate",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
+        for key, least in (("min_words", 0), ("max_items", 1)):
+            v = self.settings.get(key, least)
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise self.invalid(pipeline, f"settings.{key} {v!r} must be an integer >= {least}", key)
         parts = self.settings.get("parts")
         if not isinstance(parts, Mapping) or not parts:
             raise self.invalid(pipeline, "needs settings.parts: {part: {expert: weight}}")

@@ -17,6 +17,7 @@ from .base import Node, RunPipeline, RunState, node_kind
 @node_kind
 class DispatchNode(Node):
     kind = "dispatch"
+    settings_keys = frozenset({"routes", "default"})
     requires = ("classify",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

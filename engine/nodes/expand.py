@@ -54,6 +54,7 @@ def seed_names(question_ids: tuple[str, ...], items: list[AnswerItem], sources: 
 @node_kind
 class ExpandNode(Node):
     kind = "expand"
+    settings_keys = frozenset({"experts", "mode", "from", "top", "max_names"})
     requires = ("fuse",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

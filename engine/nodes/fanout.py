@@ -62,6 +62,7 @@ def build_query(state: RunState) -> Query:
 @node_kind
 class FanoutNode(Node):
     kind = "fanout"
+    settings_keys = frozenset({"experts", "lanes", "early_exit"})
     requires = ("gate",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

@@ -24,13 +24,14 @@ from .base import Node, RunState, node_kind
 @node_kind
 class FuseNode(Node):
     kind = "fuse"
+    settings_keys = frozenset({"candidates", "k"})
     requires = ("score",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
-        for key in ("k", "candidates"):
+        for key, most in (("k", 1000), ("candidates", 10_000)):  # k: as priors.yaml fusion.k
             v = self.settings.get(key, 1)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise self.invalid(pipeline, f"settings.{key} {v!r} must be a positive integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+                raise self.invalid(pipeline, f"settings.{key} {v!r} must be an integer in [1, {most}]", key)
 
     async def run(self, state: RunState) -> None:
         assert state.selection is not None  # guaranteed by `requires`

@@ -27,6 +27,7 @@ from .base import Node, RunState, Selection, node_kind
 @node_kind
 class GateNode(Node):
     kind = "gate"
+    settings_keys = frozenset({"experts"})
     requires = ("classify",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

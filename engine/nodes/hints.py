@@ -35,12 +35,10 @@ SETTINGS = frozenset({"weight", "max_files", "min_score", "precision_class", "ke
 @node_kind
 class HintsNode(Node):
     kind = "hints"
+    settings_keys = SETTINGS
     requires = ("classify",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:
-        unknown = set(self.settings) - SETTINGS
-        if unknown:
-            raise self.invalid(pipeline, f"unknown settings {sorted(unknown)}; known: {sorted(SETTINGS)}")
         for key, lo in (("weight", 0.0), ("min_score", 0.0), ("max_files", 1)):
             v = self.settings.get(key, lo)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < lo:

@@ -22,6 +22,7 @@ from .fuse import calibrated
 @node_kind
 class RerankNode(Node):
     kind = "rerank"
+    settings_keys = frozenset({"weights", "top"})
     requires = ("fuse",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

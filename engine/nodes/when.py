@@ -85,6 +85,7 @@ def _downstream(pipeline: PipelineSpec, node_id: str) -> set[str]:
 @node_kind
 class WhenNode(Node):
     kind = "when"
+    settings_keys = frozenset({"if", "then", "else"})
     requires = ("classify",)
 
     def validate(self, config: ConfigSet, pipeline: PipelineSpec) -> None:

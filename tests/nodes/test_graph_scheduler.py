@@ -183,6 +183,13 @@ def test_deterministic_output(tmp_path: Path) -> None:
             "at most one receipt node",
         ),
         ([{"id": "a", "kind": "classify"}, {"id": "b", "kind": "classify"}], "'a', 'b' all end it"),
+        (  # a typo ran every expert, silently
+            [
+                {"id": "a", "kind": "classify"},
+                {"id": "g", "kind": "gate", "after": ["a"], "settings": {"expert": ["x"]}},
+            ],
+            "unknown settings \\['expert'\\]; known: \\['experts'\\]",
+        ),
         (
             [
                 {"id": "a", "kind": "classify"},

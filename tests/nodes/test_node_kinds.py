@@ -330,7 +330,10 @@ def test_rerank_orders_by_the_weight_set(indexed: Path, tmp_path: Path) -> None:
         ({"kind": "when", "settings": {"if": {"results_below": 2}, "then": ["gate"]}}, "not nodes downstream"),
         ({"kind": "aggregate", "settings": {"decay": 2}}, "not in [0, 1]"),
         ({"kind": "rerank", "settings": {"weights": "missing"}}, "is not a weight set"),
-        ({"kind": "fuse", "settings": {"candidates": 0}}, "positive integer"),
+        ({"kind": "fuse", "settings": {"candidates": 0}}, "must be an integer in [1, 10000]"),
+        ({"kind": "fuse", "settings": {"k": 10**20}}, "must be an integer in [1, 1000]"),
+        ({"kind": "fuse", "settings": {"kk": 5}}, "unknown settings ['kk']"),
+        ({"kind": "decompose", "settings": {"parts": {"title": {"bm25": 1}}, "min_words": -40}}, ">= 0"),
     ],
 )
 def test_bad_settings_fail_at_load_naming_the_node(tmp_path: Path, node: dict[str, Any], message: str) -> None:

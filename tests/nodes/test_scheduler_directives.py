@@ -25,6 +25,7 @@ class _Probe(Node):
     """Records that it ran; ``settings.skip`` / ``settings.skip_descendants`` make it return a Skip."""
 
     kind: ClassVar[str] = "test-probe"
+    settings_keys: ClassVar[frozenset[str]] = frozenset({"skip", "skip_descendants"})
 
     async def run(self, state: RunState) -> Directive | None:
         RAN.append(self.id)
