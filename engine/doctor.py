@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
             continue
 
         def expert_state(name: str = name, spec: Any = spec) -> Any:
+            _program_exists(spec.settings)
             inst = adapter_class(spec.adapter)(spec, env)
             if isinstance(inst, IndexedExpert):
                 if not inst.manifest_path.exists():
@@ -117,6 +119,20 @@ def run_doctor(ws: Workspace, config_dir: Path) -> list[dict[str, Any]]:
         check = _check(f"expert {name}", expert_state)
         out.append(_stale_warning(check))
     return out
+
+
+def _program_exists(settings: Mapping[str, Any]) -> None:
+    """The program an enabled expert's settings name (``binary``, an MCP ``command``, a command
+    expert's ``argv``) can be run: doctor said "ok" for a missing one that every run then
+    reported unavailable."""
+    for key in ("binary", "command", "argv"):
+        value = settings.get(key)
+        program = value[0] if isinstance(value, list) and value else value
+        if not isinstance(program, str) or not program or "{{" in program:
+            continue  # absent, or filled in per call
+        found = os.access(program, os.X_OK) if "/" in program else shutil.which(program) is not None
+        if not found:
+            raise OSError(f"settings.{key}: {program!r} is not an executable program here")
 
 
 def _stale_warning(check: dict[str, Any]) -> dict[str, Any]:

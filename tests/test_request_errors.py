@@ -157,3 +157,15 @@ def test_an_empty_or_blank_token_is_refused_at_start(workspace_dir: Path, token:
         BearerAuth(lambda *a: None, token)
     res = _cli("serve", "-w", str(workspace_dir), "--transport", "http", "--token", token, cwd=workspace_dir)
     assert res.returncode == 2 and "invalid_config" in res.stderr
+
+
+def test_doctor_fails_an_expert_whose_program_is_missing(workspace_dir: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: `binary: /nonexistent/rg` was "ok ripgrep" in doctor, unavailable in every run."""
+    import yaml
+
+    experts = yaml.safe_load((config_dir / "experts.yaml").read_text())
+    experts["experts"]["ripgrep"].setdefault("settings", {})["binary"] = "/nonexistent/rg"
+    (config_dir / "experts.yaml").write_text(yaml.safe_dump(experts))
+    res = _cli("doctor", "-w", str(workspace_dir), "--config-dir", str(config_dir), "-f", "json", cwd=workspace_dir)
+    check = next(c for c in json.loads(res.stdout) if c["check"] == "expert ripgrep")
+    assert not check["ok"] and "/nonexistent/rg" in check["detail"]
