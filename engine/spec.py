@@ -152,6 +152,8 @@ class ConfigSet:
         for spec in self.pipelines.values():
             if spec.file.resolve() == file:
                 return spec
+        if file.suffix != ".yaml":  # pipelines/*.yml are not read: say so, not "move it there"
+            raise SpecError(f"{file}: pipeline files end in .yaml; rename it", file=str(file))
         raise SpecError(
             f"{file} is not a pipeline of the config folder {self.root} ({self.source}); "
             "move it into that folder's pipelines/ or pass --config-dir",
@@ -289,6 +291,8 @@ def load_config(root: Path) -> ConfigSet:
         pipelines[spec.name] = spec
     if not pipelines:
         raise SpecError(f"no pipelines found in {root / 'pipelines'}")
+    for stray in sorted((root / "pipelines").glob("*.yml")):  # silently ignored before: a user's lost edit
+        raise SpecError(f"{stray}: pipeline files end in .yaml; rename it", file=str(stray))
     from .classifier import load_classifier
 
     classifier = load_classifier(root)

@@ -226,3 +226,16 @@ def test_the_routers_version_covers_its_default_pipeline(config_dir: Path) -> No
     after = load_config(config_dir)
     assert "conceptual" not in yaml.safe_load(router.read_text())["nodes"][1]["settings"]["routes"]
     assert before.config_version(before.pipelines["router"]) != after.config_version(after.pipelines["router"])
+
+
+def test_a_yml_pipeline_is_named_not_ignored(config_dir: Path) -> None:
+    """Found by an exploratory run: pipelines/mine.yml was silently not loaded, and `engine run
+    pipelines/mine.yml` said to move it into the folder it was in."""
+    from engine.errors import SpecError
+
+    stray = config_dir / "pipelines" / "mine.yml"
+    stray.write_text(
+        (config_dir / "pipelines" / "identifier.yaml").read_text().replace("name: identifier", "name: mine")
+    )
+    with pytest.raises(SpecError, match="end in .yaml; rename it"):
+        load_config(config_dir)
