@@ -72,7 +72,13 @@ def _load(side: str, repo: Path, tmp: Path) -> ConfigSet:
     p = Path(side)
     if p.is_dir():
         return load_config(p)
-    return load_config(materialize_revision(repo, side, tmp / "rev"))
+    dest = materialize_revision(repo, side, tmp / "rev")
+    try:
+        return load_config(dest)
+    except SpecError as exc:  # name the revision's file (`HEAD~1:priors.yaml:20`), not the temp copy
+        here = str(dest) + "/"
+        file = str(exc.context.get("file") or "").replace(here, f"{side}:")
+        raise SpecError(exc.message.replace(here, f"{side}:"), **({"file": file} if file else {})) from None
 
 
 def materialize_snapshot(content: Mapping[str, Any], dest: Path) -> Path:

@@ -11,7 +11,7 @@ import yaml
 
 from engine.classifier import classify, default_file, load_classifier
 from engine.config import load_config
-from engine.errors import SchemaError
+from engine.errors import SchemaError, SpecError
 
 from .conftest import ROOT
 from .helpers import ask
@@ -125,6 +125,12 @@ def test_engine_diff_of_two_revisions_differing_in_one_rule(tmp_path: Path) -> N
     text = format_diff(d)
     assert "+ rule inherits-phrase (#4): class typed-symbol at 0.9 when pattern=subclass" in text
     assert "~ rule history-phrase.confidence: 0.85 → 0.6" in text
+    # a revision that does not load is named as the revision's file, not a temp copy's
+    (repo / "priors.yaml").write_text((repo / "priors.yaml").read_text().replace("version: 1", "version: 7", 1))
+    git(repo, "commit", "-qam", "a bad priors.yaml")
+    with pytest.raises(SpecError) as err:
+        diff_configs("HEAD~1", "HEAD", repo)
+    assert err.value.message.startswith("HEAD:priors.yaml") and "/tmp" not in err.value.message
 
 
 INJECTED = (
