@@ -237,5 +237,5 @@ def test_a_yml_pipeline_is_named_not_ignored(config_dir: Path) -> None:
     stray.write_text(
         (config_dir / "pipelines" / "identifier.yaml").read_text().replace("name: identifier", "name: mine")
     )
-    with pytest.raises(SpecError, match="end in .yaml; rename it"):
+    with pytest.raises(SpecError, match=r"end in \.yaml; rename it"):
         load_config(config_dir)
