@@ -239,19 +239,26 @@ def rebuild(
     tmp = db_path.with_name(db_path.name + ".rebuild")
     for p in (tmp, tmp.with_name(tmp.name + ".wal")):
         p.unlink(missing_ok=True)
-    con = connect(tmp)
     try:
-        ingest(con, spool_dir, log_dir, own=None, compact=False)
-        tables = {t: int((con.execute(f"SELECT count(*) FROM {t}").fetchone() or (0,))[0]) for t in TABLES}
-    finally:
-        con.close()
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
-    moved = []
-    for p in (db_path, db_path.with_name(db_path.name + ".wal")):
-        if p.exists():
-            dst = p.with_name(f"{p.name}.{state}-{stamp}")
-            os.replace(p, dst)
-            moved.append(str(dst))
+        con = connect(tmp)
+        try:
+            ingest(con, spool_dir, log_dir, own=None, compact=False)
+            tables = {t: int((con.execute(f"SELECT count(*) FROM {t}").fetchone() or (0,))[0]) for t in TABLES}
+        finally:
+            con.close()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{secrets.token_hex(2)}"
+        moved = []
+        for p in (db_path, db_path.with_name(db_path.name + ".wal")):
+            if p.exists():
+                dst = p.with_name(f"{p.name}.{state}-{stamp}")
+                os.replace(p, dst)
+                moved.append(str(dst))
+    except BaseException:
+        # a failed repair (the file system refused, a full disk) leaves no half-built copy behind
+        for p in (tmp, tmp.with_name(tmp.name + ".wal")):
+            with contextlib.suppress(OSError):
+                p.unlink(missing_ok=True)
+        raise
     os.replace(tmp, db_path)
     tmp_wal = tmp.with_name(tmp.name + ".wal")
     if tmp_wal.exists():

@@ -62,3 +62,27 @@ def test_a_file_the_file_system_refuses_is_not_called_damaged() -> None:
 
     err = damaged(Path("/d/engine.duckdb"), OSError("IO Error: Cannot open file: Operation not permitted"))
     assert err.context.get("state") == "permission" and "repair" not in err.message
+
+
+def test_a_failed_repair_leaves_no_half_built_copy(tmp_path: Path) -> None:
+    """Found by an exploratory run: a repair the file system refused left engine.duckdb.rebuild behind."""
+    import pytest
+
+    from engine.store import ingest
+
+    store = DuckDBStore(tmp_path / "data")
+    store.put_receipt(body(1))
+    store.sync()
+
+    def refuse(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(ingest, "ingest", refuse)
+    try:
+        with pytest.raises(OSError):
+            store.repair()
+    finally:
+        mp.undo()
+    assert not [p.name for p in (tmp_path / "data").iterdir() if ".rebuild" in p.name]
+    assert store.repair().tables["receipts"] == 1  # and a later repair still works
