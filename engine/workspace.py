@@ -138,14 +138,8 @@ class Workspace:
                 raise InvalidRequest(f"workspace {r} is not a directory", field="workspace")
         projects: list[Project] = []
         for root in resolved:
-            projects.extend(discover_projects(root))
-        names = [p.name for p in projects]
-        dupes = {n for n in names if names.count(n) > 1}
-        if dupes:  # two workspaces with a project of the same name: qualify by parent folder
-            projects = [
-                Project(f"{p.root.parent.name}/{p.name}" if p.name in dupes else p.name, p.root, p.is_git)
-                for p in projects
-            ]
+            projects.extend(p for p in discover_projects(root) if p.root not in {q.root for q in projects})
+        projects = unique_names(projects)
         if data_dir is None:
             env = os.environ.get("ENGINE_HOME")
             data_dir = Path(env).expanduser() if env else resolved[0] / DATA_DIR_NAME
@@ -176,7 +170,42 @@ class Workspace:
         return "|".join(str(r) for r in self.roots)
 
 
+def unique_names(projects: list[Project]) -> list[Project]:
+    """Projects of the same folder name are named by as many parent folders as it takes to tell
+    them apart (``a/proj``, ``b/proj``; ``p1/x/proj``, ``p2/x/proj``): one parent was not always
+    enough, and two projects under one name had their indexes overwrite each other and their
+    evidence fused as if two repositories agreed."""
+    depth = dict.fromkeys((p.root for p in projects), 0)
+
+    def name(p: Project) -> str:
+        k = min(depth[p.root], len(p.root.parts) - 2)
+        return "/".join(p.root.parts[-1 - k :]) if k > 0 else p.name
+
+    while True:
+        names = [name(p) for p in projects]
+        dupes = {n for n in names if names.count(n) > 1}
+        grown = False
+        for p in projects:
+            if name(p) in dupes and depth[p.root] < len(p.root.parts) - 2:
+                depth[p.root] += 1
+                grown = True
+        if not grown:
+            return [Project(name(p), p.root, p.is_git) for p in projects]
+
+
+def is_bare_repo(path: Path) -> bool:
+    """A bare git repository: git's own files, no working tree (``git clone --bare``)."""
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+
+
 def discover_projects(root: Path) -> list[Project]:
+    if not (root / ".git").exists() and is_bare_repo(root):
+        # its files are git's internals (config with remote credentials, hooks, packed refs):
+        # what DESIGN keeps out of every answer; there is no working tree to search
+        raise InvalidRequest(
+            f"workspace {root} is a bare git repository (no working tree): clone it to search it",
+            field="workspace",
+        )
     if (root / ".git").exists():
         return [Project(root.name, root, True)]
     subs = sorted(d for d in root.iterdir() if d.is_dir() and (d / ".git").exists() and d.name != DATA_DIR_NAME)
@@ -192,6 +221,9 @@ def skipped_folders(root: Path) -> list[tuple[str, str]]:
     out = []
     for d in sorted(root.iterdir()):
         if not d.is_dir() or (d / ".git").exists() or d.name in EXCLUDED_DIRS or d.name.startswith("."):
+            continue
+        if is_bare_repo(d):
+            out.append((str(d), "a bare git repository (no working tree): not served; clone it to search it"))
             continue
         out.append(
             (

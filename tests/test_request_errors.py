@@ -169,3 +169,33 @@ def test_doctor_fails_an_expert_whose_program_is_missing(workspace_dir: Path, co
     res = _cli("doctor", "-w", str(workspace_dir), "--config-dir", str(config_dir), "-f", "json", cwd=workspace_dir)
     check = next(c for c in json.loads(res.stdout) if c["check"] == "expert ripgrep")
     assert not check["ok"] and "/nonexistent/rg" in check["detail"]
+
+
+def test_projects_of_one_folder_name_stay_apart_and_a_bare_repo_is_not_served(tmp_path: Path) -> None:
+    """Found by an exploratory run: p1/x/proj and p2/x/proj were both named `x/proj` (one parent
+    folder was not enough): one index overwrote the other and their evidence fused as agreement.
+    A bare repository as the workspace served git's internals (a remote URL's password)."""
+    from engine.errors import InvalidRequest
+
+    roots = []
+    for side in ("p1", "p2"):
+        root = tmp_path / side / "x" / "proj"
+        root.mkdir(parents=True)
+        git(root, "init", "-q")
+        roots.append(root)
+    ws = Workspace.open([*roots, roots[0]])  # the same root twice is one project
+    assert [p.name for p in ws.projects] == ["p1/x/proj", "p2/x/proj"]
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    with pytest.raises(InvalidRequest, match="bare git repository"):
+        Workspace.open([bare])
+    multi = tmp_path / "multi"
+    (multi / "app").mkdir(parents=True)
+    git(multi / "app", "init", "-q")
+    git(multi, "init", "-q", "--bare", str(multi / "mirror.git"))
+    assert [p.name for p in Workspace.open([multi]).projects] == ["app"]
+    from engine.workspace import skipped_folders
+
+    assert [why for _, why in skipped_folders(multi)] == [
+        "a bare git repository (no working tree): not served; clone it to search it"
+    ]
