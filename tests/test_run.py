@@ -301,3 +301,18 @@ def test_a_busy_store_does_not_keep_a_one_shot_run_alive(indexed: Path, config_d
         timeout=120,
     )
     assert shown.returncode == 0 and receipt_id in shown.stdout, shown.stderr
+
+
+def test_a_project_with_no_code_has_empty_indexes_not_missing_ones(tmp_path: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: after `engine index` of a project with no code file, symbols,
+    typed and semantic said "no index: run engine index" (an empty build never opened them)."""
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    from .conftest import make_repo
+
+    ws = make_repo(tmp_path / "notes", {"README.md": "# Notes\n\nNothing but prose here.\n"})
+    index_workspace(Workspace.open([ws]), load_config(config_dir), only=["symbols", "typed"], progress=False)
+    per = ask(config_dir, ws, "where is FooBar defined").response["receipt"]["per_expert"]
+    assert per["symbols"]["status"] == "ok" and per["typed"]["status"] == "ok", per

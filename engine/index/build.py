@@ -180,6 +180,9 @@ class _Run:
     def __init__(self, job: IndexJob, workspace: Workspace, current: dict[str, SourceFile]) -> None:
         self.job, self.workspace = job, workspace
         ix = job.indexer
+        # never built: opened even with nothing to index, so an empty project has an (empty) index
+        # and its experts answer "nothing found", not "no index: run engine index" after one ran
+        self.first = not ix.manifest_path.exists()
         manifest = Manifest.load(ix.manifest_path)
         if manifest.indexer_id != ix.indexer_id:
             manifest = Manifest(ix.manifest_path, ix.indexer_id)
@@ -292,7 +295,7 @@ def update_indexes(
     prefetch = OutlinePrefetch() if len(keys) >= PREFETCH_MIN_FILES and (os.cpu_count() or 1) > 1 else None
     try:
         for r in runs:
-            if r.todo or r.gone:  # nothing to do: no model load, no writer (a no-op run stays cheap)
+            if r.todo or r.gone or r.first:  # nothing to do: no model load, no writer (a no-op run stays cheap)
                 r.job.indexer.open()
                 opened.append(r)
             r.start()
