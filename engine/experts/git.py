@@ -21,6 +21,8 @@ double: it is where the string was introduced or removed), then newest first.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -164,7 +166,14 @@ class GitExpert(Expert):
             if target is not None:
                 targets[(project_name, sha)] = target
         diffs = await self._diffs(projects, targets) if targets else {}
-        return [self._item(project_name, sha, h, targets, diffs) for (project_name, sha), h in top]
+        cut_at = {p.name: _shallow_boundary(p.root) for p in projects}
+        items = [self._item(project_name, sha, h, targets, diffs) for (project_name, sha), h in top]
+        return [
+            # a shallow clone's oldest commit holds every file as if it had added it: never "where
+            # this was introduced" (agents often work in `git clone --depth 1` checkouts)
+            replace(e, flags=(*e.flags, "history-truncated")) if e.meta["sha"] in cut_at[e.project] else e
+            for e in items
+        ]
 
     async def _diffs(
         self, projects: list[Project], targets: dict[tuple[str, str], str]
@@ -234,6 +243,14 @@ class GitExpert(Expert):
             score=h["score"],
             meta=meta,
         )
+
+
+def _shallow_boundary(root: Path) -> frozenset[str]:
+    """The commits a shallow clone's history stops at (``.git/shallow``); empty for a full clone."""
+    try:
+        return frozenset((root / ".git" / "shallow").read_text().split())
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
 
 
 def _neg_date(date: str) -> tuple[int, ...]:

@@ -181,3 +181,15 @@ def test_end_to_end_commit_item_names_the_file_and_redacts_its_hunk(tmp_path: Pa
     # the hunk that removed the token is shown, the token itself redacted
     assert "-GITHUB_TOKEN" in commits[0]["content"] and "[REDACTED]" in commits[0]["content"]
     assert "redacted" in commits[0]["flags"] and token not in json.dumps(r.response)
+
+
+async def test_a_shallow_clones_oldest_commit_is_flagged_history_truncated(requests_repo: Path, tmp_path: Path) -> None:
+    """Found by an exploratory run: in a `git clone --depth 1` the one commit holds every file as if
+    it had added it, and was shown as where the code was introduced."""
+    shallow = tmp_path / "shallow" / "requests"
+    shallow.parent.mkdir()
+    git(shallow.parent, "clone", "-q", "--depth", "1", f"file://{requests_repo}", str(shallow))
+    items, _ = await run_git(Workspace.open([shallow]), "when was sessions.py changed")
+    assert items and all("history-truncated" in e.flags for e in items)
+    full, _ = await run_git(Workspace.open([requests_repo]), "when was sessions.py changed")
+    assert full and not any("history-truncated" in e.flags for e in full)
