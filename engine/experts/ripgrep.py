@@ -79,6 +79,10 @@ LONG_QUESTION_WORDS = 40
 SELECTIVE_PATTERNS = 3
 
 
+#: a matched line longer than this is shown around its first match (engine.items cuts snippets at ~800)
+LONG_LINE_CHARS = 600
+
+
 @dataclass
 class _Region:
     path: str
@@ -342,7 +346,7 @@ class _Stream:
         else:
             reg = _Region(place[1], line, line)
             regs.append(reg)
-        reg.lines[line] = text.rstrip("\n")
+        reg.lines[line] = _around_match(text.rstrip("\n"), data.get("submatches"))
         reg.patterns |= found
         reg.whole |= {p for p in found if p not in self.name_res or self.name_res[p].search(text)}
         if self.smart_case:
@@ -389,6 +393,21 @@ class _Stream:
             )
             for neg, project, path, _, reg in heapq.nsmallest(limit, scored, key=lambda t: t[:4])
         ]
+
+
+def _around_match(text: str, submatches: Any) -> str:
+    """A long line (a minified bundle, a data file) cut to the part around its first match: the
+    answer's snippet showed the line's first 800 characters, which need not hold the match."""
+    if len(text) <= LONG_LINE_CHARS or not submatches:
+        return text
+    try:
+        start = int(submatches[0]["start"])  # a byte offset into the line's UTF-8
+    except (KeyError, TypeError, ValueError, IndexError):
+        return text
+    at = len(text.encode("utf-8")[:start].decode("utf-8", "ignore"))
+    lo = max(0, at - LONG_LINE_CHARS // 3)
+    hi = min(len(text), lo + LONG_LINE_CHARS)
+    return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
 
 
 def _decoded(field: dict[str, Any]) -> str:

@@ -103,3 +103,13 @@ async def test_a_name_inside_a_longer_name_is_a_substring_match_not_exact(repo: 
     flags = {e.path: e.flags for e in items}
     assert "exact-match" in flags["net/uses.py"] and "substring-match" not in flags["net/uses.py"]
     assert "substring-match" in flags["net/names.py"] and "exact-match" not in flags["net/names.py"]
+
+
+async def test_a_match_deep_in_a_long_line_is_shown_around_the_match(tmp_path: Path) -> None:
+    """Found by an exploratory run: a match 1.9 MB into a minified bundle came back as the line's first
+    800 characters, which did not hold it."""
+    line = "function f0(a,b){return a+b}" * 300 + "var minimarker=1;" + "function g(a){return a}" * 100
+    make_repo(tmp_path / "ws" / "web", {"bundle.min.js": line + "\n", "é.js": "é" * 700 + "minimarker\n"})
+    items, _ = await grep(Workspace.open([tmp_path / "ws"]), '"minimarker"')
+    assert len(items) == 2 and all("minimarker" in e.content for e in items)
+    assert all(len(e.content) < 700 for e in items)
