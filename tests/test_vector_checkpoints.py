@@ -174,3 +174,28 @@ def test_readers_in_other_processes_never_see_a_torn_store(tmp_path: Path) -> No
         assert int(out) > 10  # it really read while the writer saved
     final = VectorStore(store, model_id="m")
     assert final.load() and len(final) == 118 * 10 + 2 * 20 + 1 - 1  # r0-0 is re-added then half-removed
+
+
+def test_a_damaged_vector_store_is_rebuilt_whole_not_emptied_under_a_complete_manifest(
+    tmp_path: Path, config_dir: Path
+) -> None:
+    """Found by an exploratory run: a truncated catalog and one changed file left a semantic index
+    of that one file whose manifest still listed every file (receipts: complete, for good)."""
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    from .conftest import commit_files, make_repo
+
+    repo = make_repo(tmp_path / "ws" / "lib", {f"m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(4)})
+    ws, cfg = Workspace.open([repo]), load_config(config_dir)
+    index_workspace(ws, cfg, only=["semantic"], progress=False)
+    store_dir = ws.data_dir / "index" / "semantic"
+    full = VectorStore(store_dir)
+    assert full.load()
+    count = len(full.ids)
+    (store_dir / CATALOG).write_text((store_dir / CATALOG).read_text()[:50])  # truncated
+    commit_files(repo, {"m0.py": "def f0():\n    return 'changed'\n"}, "one change")
+    index_workspace(Workspace.open([repo]), cfg, only=["semantic"], progress=False)
+    again = VectorStore(store_dir)
+    assert again.load() and len(again.ids) == count

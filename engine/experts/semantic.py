@@ -138,6 +138,15 @@ class SemanticIndexer:
         self.store: Vectors | None = None
         self._by_file: dict[str, list[str]] = {}  # file key → its vector ids
 
+    def intact(self) -> bool:
+        """Can the vector store be read as its manifest says? A truncated catalog or segment made
+        ``open`` start an empty store while the manifest still listed every file: the index then
+        held one file and said it was complete (engine.index.build redoes every file instead)."""
+        try:
+            return self._vectors().load()
+        except Exception:  # noqa: BLE001 - any way a damaged store fails to read means "not intact"
+            return False
+
     def open(self) -> None:
         try:
             self.embedder.load()

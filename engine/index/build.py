@@ -186,8 +186,16 @@ class _Run:
         manifest = Manifest.load(ix.manifest_path)
         if manifest.indexer_id != ix.indexer_id:
             manifest = Manifest(ix.manifest_path, ix.indexer_id)
-        self.manifest = manifest
         self.todo, self.gone, unchanged = plan_update(ix.indexer_id, manifest, current, job.accept)
+        # before touching an index (a no-op run stays cheap): can its data be read as the manifest
+        # says? If not, every file is redone — an index emptied under a manifest listing every file
+        # said "complete" for good (an optional method: an index that can tell)
+        intact = getattr(ix, "intact", None)
+        self.damaged = bool((self.todo or self.gone) and manifest.files and intact is not None and not intact())
+        if self.damaged:
+            manifest = Manifest(ix.manifest_path, ix.indexer_id)
+            self.todo, self.gone, unchanged = plan_update(ix.indexer_id, manifest, current, job.accept)
+        self.manifest = manifest
         self.keys = {f.key for f in self.todo}
         self.report = IndexReport(job.name, unchanged=unchanged)
         # the catch-up request served; callers that scanned earlier pass the one read before the scan
