@@ -133,3 +133,33 @@ def test_lockstep_with_and_without_the_worker_builds_what_one_at_a_time_builds(
     ahead = _index(tmp_path, "ahead", lockstep=True, prefetch=True, monkeypatch=monkeypatch)
     assert alone == together == ahead
     assert alone["reports"]["bm25"][0] == 41 and alone["rows"]  # 40 modules + README, and real rows
+
+
+def test_a_file_edited_between_scan_and_read_is_indexed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by an exploratory run: the manifest recorded the scan's hash over bytes read later, so a
+    function that existed only mid-edit stayed in the index (served as confirmed) after the edit was undone."""
+    from engine.index import build
+    from engine.index.symbols import SymbolStore
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    from .conftest import ROOT, make_repo
+
+    repo = make_repo(tmp_path / "ws" / "lib", {"a.py": "def kept():\n    pass\n", "b.py": "X = 1\n"})
+    cfg = load_config(ROOT)
+    real = build.read_indexable
+
+    def mid_edit(root: Path, path: str, policy: object = None) -> bytes | None:
+        data = real(root, path, policy)  # type: ignore[arg-type]
+        return data + b"def mid_edit_only():\n    pass\n" if path == "a.py" and data else data
+
+    monkeypatch.setattr(build, "read_indexable", mid_edit)
+    index_workspace(Workspace.open([repo]), cfg, only=["symbols"], progress=False)
+    monkeypatch.setattr(build, "read_indexable", real)
+    ws = Workspace.open([repo])
+    store = SymbolStore(ws.data_dir / "index" / "symbols")
+    assert store.by_name(["mid_edit_only"], "definition")
+    [report] = index_workspace(ws, cfg, only=["symbols"], progress=False)
+    assert report.added == 1  # a.py again: what was indexed is not what the file holds
+    assert not store.by_name(["mid_edit_only"], "definition")

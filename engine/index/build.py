@@ -33,13 +33,14 @@ when the next index asks for it. Locks and freshness: :mod:`engine.index.state`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -294,9 +295,18 @@ def update_indexes(
     groups = [[files[k] for k in keys[i : i + step]] for i in range(0, len(keys), step)]
     read: dict[int, dict[str, bytes | None]] = {}
 
+    as_read: dict[str, SourceFile] = {}  # files whose bytes changed between the scan and the read
+
     def read_group(i: int) -> dict[str, bytes | None]:
         if i not in read:
             read[i] = {f.key: read_indexable(roots[f.project].root, f.path, policy) for f in groups[i]}
+            for f in groups[i]:
+                # edited while indexing: the manifest records the bytes indexed, not the scan's, so
+                # the next run sees the difference (it recorded the scan's hash over other content:
+                # a function that existed only mid-edit was served as confirmed, for good)
+                got = read[i][f.key]
+                if got is not None and (digest := hashlib.sha256(got).hexdigest()) != f.sha256:
+                    as_read[f.key] = replace(f, sha256=digest, mtime_ns=-1)
         return read[i]
 
     opened: list[_Run] = []
@@ -321,7 +331,7 @@ def update_indexes(
                 if not mine:
                     continue
                 r.feed(
-                    [(f, d) for f in mine if (d := data[f.key]) is not None],
+                    [(as_read.get(f.key, f), d) for f in mine if (d := data[f.key]) is not None],
                     [f.key for f in mine if data[f.key] is None],
                     tick,
                 )
