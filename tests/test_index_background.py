@@ -188,3 +188,24 @@ def test_a_commit_that_changed_no_file_leaves_no_slow_index_stale(tmp_path: Path
     for name in ("semantic", "typed"):
         fresh = freshness(ws / ".engine" / "index" / name / "manifest.json", projects)
         assert not fresh["stale"] and not fresh["partial"], (name, fresh)
+
+
+def test_a_reused_pid_in_a_lock_file_is_not_a_holder(tmp_path: Path) -> None:
+    """Found by an exploratory run: a pid left in index.semantic.lock by a killed catch-up and later
+    given to another process (a container restart) kept the catch-up from ever starting again."""
+    import os
+
+    from engine.index.state import index_lock
+
+    data = tmp_path / "d"
+    with index_lock(data, "semantic"):
+        assert lock_holder(data, "semantic") == os.getpid()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (data / "index.semantic.lock").write_text(f"{sleeper.pid} 1\n")  # its pid, another start time
+        assert lock_holder(data, "semantic") is None
+        (data / "index.semantic.lock").write_text(f"{sleeper.pid}\n")  # a lock file from before: trusted
+        assert lock_holder(data, "semantic") == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()

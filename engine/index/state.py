@@ -44,7 +44,7 @@ def index_lock(data_dir: Path, name: str | None = None, *, blocking: bool = True
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"{os.getpid()}\n")
+            fh.write(f"{os.getpid()} {_started(os.getpid()) or ''}\n")
             fh.flush()
             yield True
         finally:
@@ -61,16 +61,33 @@ def lock_holder(data_dir: Path, name: str | None = None) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    if not text.isdigit():
+    pid_text, _, started = text.partition(" ")
+    if not pid_text.isdigit():
         return None
-    pid = int(text)
+    pid = int(pid_text)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return None  # killed while holding it: the kernel released the lock, the pid stayed
     except PermissionError:
         pass  # alive, another user's
+    if started and _started(pid) not in (None, started.strip()):
+        # the pid was reused (a container restart counts pids from 1 again): a live process that
+        # is not the holder kept "engine index" from starting the background catch-up, for good
+        return None
     return pid
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22): with
+    the pid it names one process, never a later one given the same pid. None off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return fields[19].decode() if len(fields) > 19 else None
 
 
 def read_head(root: Path) -> str | None:
