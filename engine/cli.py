@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -440,9 +441,13 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(store_app, name="store")
 
 
+#: SQLite errors that mean the disk, not the code: full, read-only, unopenable
+_MACHINE_SQLITE = re.compile(r"disk is full|disk I/O error|readonly database|unable to open database", re.I)
+
+
 def _os_problem(exc: OSError) -> str:
     """An OSError as one line that names the file and what is wrong with it."""
-    what = exc.strerror or type(exc).__name__
+    what = exc.strerror or (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     if exc.filename is None and isinstance(exc, FileNotFoundError):
         return f"{what}: the current directory no longer exists? (cd somewhere that does)"
     where = f": {exc.filename}" if exc.filename is not None else ""
@@ -462,6 +467,13 @@ def main() -> None:
         )
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - a bug: say so in the same shape, keep the traceback for the report
+        import sqlite3
+
+        if isinstance(exc, sqlite3.OperationalError) and _MACHINE_SQLITE.search(str(exc)):
+            # an index's SQLite file on a full or read-only disk: the machine, not a bug
+            message = f"an index could not be written: {exc} (free space in the data dir, or check its permissions)"
+            typer.echo(json.dumps({"error": "environment_error", "message": message}, ensure_ascii=False), err=True)
+            sys.exit(1)
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"
         typer.echo(json.dumps({"error": "internal_error", "message": message}, ensure_ascii=False), err=True)

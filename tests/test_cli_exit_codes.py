@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,36 @@ def test_a_bug_is_internal_error_exit_1(monkeypatch: pytest.MonkeyPatch, capsys:
         "message": "RuntimeError: a bug, not a user mistake",
     }
     assert "Traceback" in err  # kept for the bug report
+
+
+@pytest.mark.parametrize(
+    "exc,expected",
+    [
+        (
+            sqlite3.OperationalError("database or disk is full"),
+            "an index could not be written: database or disk is full",
+        ),
+        (OSError("458880 requested and 29664 written"), "OSError: 458880 requested and 29664 written"),
+    ],
+)
+def test_a_full_disk_is_an_environment_error_that_says_what_happened(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: Exception, expected: str
+) -> None:
+    """Found by an exploratory run on a full tmpfs: SQLite's "disk is full" was internal_error with a
+    traceback, and numpy's short write an environment_error that said only "OSError"."""
+    import engine.cli
+
+    def full(_root: Path) -> None:
+        raise exc
+
+    monkeypatch.setattr(engine.cli, "load_config", full)
+    monkeypatch.setattr(sys, "argv", ["engine", "validate", "--config-dir", "."])
+    with pytest.raises(SystemExit) as exit_:
+        engine.cli.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "Traceback" not in err
+    got = json.loads(err.strip().splitlines()[-1])
+    assert got["error"] == "environment_error" and expected in got["message"]
 
 
 @pytest.mark.parametrize("verb", [["index"], ["store", "status"]])
