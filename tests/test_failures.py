@@ -122,3 +122,19 @@ def test_incremental_index_adds_changes_and_drops(indexed: Path, config_dir: Pat
     assert "beta/storage.py" not in [i["path"] for i in r.response["items"]]
     (rep,) = index_workspace(ws, cfg, only=["bm25"], progress=False)
     assert (rep.added, rep.removed) == (0, 0)
+
+
+def test_a_damaged_index_file_names_the_index_and_the_fix(workspace_dir: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: a symbols database overwritten with junk answered `malformed:
+    DatabaseError: file is not a database` and nothing said what to do."""
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    ws = Workspace.open([workspace_dir])
+    index_workspace(ws, load_config(config_dir), only=["symbols"], progress=False)
+    db = ws.data_dir / "index" / "symbols" / "symbols.sqlite3"
+    db.write_bytes(b"\x00junk" * 4096)
+    r = ask(config_dir, workspace_dir, "where is FileSystemStorage defined")
+    status = _status(r, "symbols")
+    assert status["status"] == "malformed" and "engine index --only symbols" in status["error"], status

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from ..errors import ExpertOutputError
 from ..index.build import Indexer, changed_since_indexed, freshness
 from ..index.files import SourceFile
 from ..types import Evidence, Project, Query
@@ -58,8 +59,17 @@ class IndexedExpert(Expert):
         """Search the committed index (runs in a worker thread)."""
 
     async def search(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
-        with expert_errors(self.name):
-            return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
+        try:
+            with expert_errors(self.name):
+                return await anyio.to_thread.run_sync(self._search_sync, query, plan, abandon_on_cancel=True)
+        except ExpertOutputError as exc:
+            # an index file that reads as the wrong shape is damaged (truncated, overwritten): say
+            # which and what repairs it — the raw "Data corrupted" / "file is not a database" did not
+            raise ExpertOutputError(
+                f"the {self.name} index cannot be read ({exc.message}); fix: delete {self._dir} and run "
+                f"`engine index --only {self.name}`",
+                expert=self.name,
+            ) from exc
 
     def freshness(self, query: Query) -> dict[str, Any] | None:
         return freshness(self.manifest_path, query.projects, query.heads)
