@@ -358,6 +358,14 @@ def check_scope_path(
             rule = rule or policy.name_rule(rel)
             if rule:
                 raise InvalidRequest(f"scope.path {rel!r} names a withheld file ({rule})", field="scope.path")
+        base = Path(os.path.realpath(project.root))
+        if real != base / rel:  # through a link inside the project: every expert reports real paths
+            target = real.relative_to(base).as_posix() or "."
+            raise InvalidRequest(
+                f"scope.path {rel!r} goes through a symlink in project {project.name!r}: "
+                f"scope by the path it points to, {target!r}",
+                field="scope.path",
+            )
     if not found and projects:  # a typo answered "nothing found" looks like an answer
         names = ", ".join(p.name for p in list(projects)[:5])
         raise InvalidRequest(

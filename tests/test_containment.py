@@ -155,3 +155,20 @@ def test_batched_check_equals_the_plain_one(tmp_path: Path) -> None:
         assert contained(root, rel) is None and contained(root, rel, dirs={}) is None, rel
     assert contained(root, "loop/x") is None  # through a loop: refused, not guessed
     assert contained(root, "pkg/missing.py") == root.resolve() / "pkg" / "missing.py"  # missing is fine
+
+
+def test_a_scope_path_through_a_link_inside_the_project_names_the_real_path(tmp_path: Path) -> None:
+    """Found by an exploratory run: `--scope-path current` (current -> releases/v2) answered nothing
+    and said nothing: every expert reports real paths, which are not under `current/`."""
+    from engine.errors import InvalidRequest
+    from engine.secrets import SecretsPolicy
+    from engine.workspace import Workspace, check_scope_path
+
+    from .conftest import make_repo
+
+    repo = make_repo(tmp_path / "ws" / "app", {"releases/v2/mod.py": "ALIAS = 1\n"})
+    (repo / "current").symlink_to("releases/v2")
+    projects = Workspace.open([repo]).projects
+    with pytest.raises(InvalidRequest, match="scope by the path it points to, 'releases/v2'"):
+        check_scope_path(projects, "current", SecretsPolicy())
+    assert check_scope_path(projects, "releases/v2", SecretsPolicy()) == "releases/v2"
