@@ -35,18 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import anyio
 import orjson
 
 from ..errors import ExpertFailed, ExpertOutputError, ExpertUnconfigured
+from ..index.files import MAX_TRACKED_IGNORED, tracked_ignored, tracked_ignored_known
 from ..index.termstats import term_stats
 from ..index.tokenize import code_tokens
-from ..types import Evidence, Query
+from ..types import Evidence, Project, Query, Scope
 from ..workspace import (
     DEFAULT_NAMES,
     EXCLUDED_DIRS,
     LANGUAGES,
     MAX_FILE_BYTES,
     contained,
+    in_scope,
     is_excluded,
     is_test_file,
     normalize_scope_path,
@@ -213,6 +216,9 @@ class RipgrepExpert(Expert):
         targets: list[str] = []
         bases: list[tuple[str, str]] = []  # (real project root + "/", project name): output path → project
         for project in query.projects:
+            if tracked_ignored_known(project) is None:  # a git call: not on the event loop
+                await anyio.to_thread.run_sync(tracked_ignored, project)
+        for project in query.projects:
             base = contained(project.root, ".") or project.root
             target: Path | None = base
             if plan.get("path"):
@@ -222,6 +228,7 @@ class RipgrepExpert(Expert):
                     continue
             targets.append(str(target))
             bases.append((f"{base}/", project.name))
+            targets += self._tracked_ignored(project, base, plan)
         if not targets:
             return []
         bases.sort(key=lambda b: -len(b[0]))  # the longest root first: no project is a prefix of another
@@ -235,6 +242,18 @@ class RipgrepExpert(Expert):
         plan["regex_error"] = "rg could not parse the pattern as a regex; searched as literal text"
         plan["mode"] = "fixed"
         return await self._run(query, plan, found, bases, targets)
+
+    @staticmethod
+    def _tracked_ignored(project: Project, base: Path, plan: dict[str, Any]) -> list[str]:
+        """The project's tracked files its ignore rules match, named to rg one by one (rg searches a
+        file it is handed whatever the rules say) — filtered here as rg's walk would be: scope path,
+        language, excluded folders and withheld names (:func:`engine.index.files.tracked_ignored`)."""
+        scope = Scope(path=plan.get("path"), language=plan.get("language"))
+        out = []
+        for rel in tracked_ignored(project)[:MAX_TRACKED_IGNORED]:
+            if in_scope(rel, scope) and not DEFAULT_NAMES.name_rule(rel) and contained(project.root, rel) is not None:
+                out.append(str(base / rel))
+        return out
 
     async def _run(
         self, query: Query, plan: dict[str, Any], found: Found, bases: list[tuple[str, str]], targets: list[str]

@@ -1,6 +1,7 @@
 """Which files of a workspace are indexable, and their content hashes.
 
-Listing uses ``rg --files`` (fast, respects ``.gitignore``, never follows a symlink), then the
+Listing uses ``rg --files`` (fast, respects ``.gitignore``, never follows a symlink) plus the files
+git tracks although an ignore rule matches them (rg walks by the rules alone), then the
 engine's own exclusions (``.git/``, the data dir, the secrets policy's name rules); a file is read
 only through its real path inside its project, and skipped when binary or when the secrets
 policy withholds it (:mod:`engine.secrets`, verdicts cached). Hashes are reused from the previous
@@ -42,9 +43,70 @@ class SourceFile:
         return f"{self.project}:{self.path}"
 
 
+#: root → (stamp of the files git's ignore answer depends on, tracked files its rules ignore)
+_TRACKED_IGNORED: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+#: more than this many tracked-but-ignored files are not all handed to rg by name (argv length)
+MAX_TRACKED_IGNORED = 2000
+
+
+def tracked_ignored(project: Project) -> tuple[str, ...]:
+    """Files git tracks although an ignore rule matches them (``git ls-files --cached --ignored
+    --exclude-standard``): ``rg`` walks by the ignore rules alone, so a committed file under
+    ``*.min.js`` or a committed ``build/config.py`` was invisible to every expert while ``git
+    grep`` found it. Remembered until git's index or the top ignore files change (one ``stat`` each
+    on the query path)."""
+    if not project.is_git:
+        return ()
+    known = tracked_ignored_known(project)
+    if known is not None:
+        return known
+    stamp = _ignore_stamp(project)
+    try:
+        res = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--ignored", "--exclude-standard"],
+            cwd=project.root,
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    names = res.stdout.decode("utf-8", "replace").split("\0") if res.returncode == 0 else []
+    found = tuple(sorted(n for n in names if n and not in_excluded_dir(n) and not is_excluded(n)))
+    if stamp:
+        _TRACKED_IGNORED[str(project.root)] = (stamp, found)
+    return found
+
+
+def tracked_ignored_known(project: Project) -> tuple[str, ...] | None:
+    """:func:`tracked_ignored` when it is remembered and still current (no subprocess), else None."""
+    if not project.is_git:
+        return ()
+    stamp = _ignore_stamp(project)
+    cached = _TRACKED_IGNORED.get(str(project.root))
+    return cached[1] if stamp and cached is not None and cached[0] == stamp else None
+
+
+def _ignore_stamp(project: Project) -> tuple[int, ...]:
+    """mtimes of git's index and the top ignore files; () when ``.git`` is a file (worktree,
+    submodule: not remembered)."""
+    git_dir = project.root / ".git"
+    if not git_dir.is_dir():
+        return ()
+    return tuple(_mtime(f) for f in (git_dir / "index", project.root / ".gitignore", git_dir / "info" / "exclude"))
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
 def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withheld: bool = False) -> list[str]:
-    """Project-relative paths ``rg --files`` lists (no symlink followed), minus excluded folders and,
-    unless ``withheld``, the files the policy's name rules withhold."""
+    """Project-relative paths ``rg --files`` lists (no symlink followed) and the tracked files git's
+    ignore rules match (:func:`tracked_ignored`), minus excluded folders and, unless ``withheld``,
+    the files the policy's name rules withhold."""
     policy = policy or DEFAULT_NAMES
     # NUL-separated: a file name may hold a newline (it was split in two and never indexed)
     argv = [rg_binary(), "--files", "--null", "--no-config", "--max-filesize", str(MAX_FILE_BYTES)]
@@ -56,11 +118,14 @@ def list_paths(project: Project, policy: SecretsPolicy | None = None, *, withhel
         raise IndexingError(f"cannot list the files of {project.root}: {exc}") from exc
     if res.returncode not in (0, 1):
         raise IndexingError(f"rg --files failed in {project.root}: {res.stderr.decode(errors='replace')[-300:]}")
-    paths = []
+    paths = set()
     for raw in res.stdout.decode("utf-8", "replace").split("\0"):
         p = raw[2:] if raw.startswith("./") else raw
         if p and not in_excluded_dir(p) and (withheld or not is_excluded(p)):
-            paths.append(p)
+            paths.add(p)
+    for p in tracked_ignored(project):
+        if withheld or not policy.name_rule(p):
+            paths.add(p)
     return sorted(paths)
 
 

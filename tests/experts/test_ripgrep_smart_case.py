@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.types import Evidence
+from engine.types import Evidence, Scope
 from engine.workspace import Workspace
 from tests.conftest import make_repo
 from tests.external_support import planned_and_found
@@ -113,3 +113,25 @@ async def test_a_match_deep_in_a_long_line_is_shown_around_the_match(tmp_path: P
     items, _ = await grep(Workspace.open([tmp_path / "ws"]), '"minimarker"')
     assert len(items) == 2 and all("minimarker" in e.content for e in items)
     assert all(len(e.content) < 700 for e in items)
+
+
+async def test_a_tracked_file_an_ignore_rule_matches_is_searched_and_indexed(tmp_path: Path) -> None:
+    """Found by an exploratory run: rg walks by the ignore rules alone, so a committed file under a
+    `.gitignore` pattern (a vendored `*.min.js`, a committed `generated/config.py`) was invisible to
+    every expert while `git grep` found it. Untracked ignored files stay out."""
+    from engine.index.files import list_paths
+    from tests.conftest import git
+
+    repo = make_repo(tmp_path / "ws" / "app", {"src/app.py": "X = 1\n", ".gitignore": "generated/\n"})
+    (repo / "generated").mkdir()
+    (repo / "generated" / "config.py").write_text("TRACKED_BUT_IGNORED = 'tracked marker'\n")
+    git(repo, "add", "-f", "generated/config.py")
+    git(repo, "commit", "-qm", "commit an ignored file on purpose")
+    (repo / "generated" / "junk.py").write_text("UNTRACKED = 'tracked marker'\n")  # ignored and untracked
+    ws = Workspace.open([repo])
+    listed = list_paths(ws.projects[0])
+    assert "generated/config.py" in listed and "generated/junk.py" not in listed
+    items, _ = await grep(ws, '"tracked marker"')
+    assert [e.path for e in items] == ["generated/config.py"]
+    scoped, _ = await planned_and_found("ripgrep", ws, '"tracked marker"', scope=Scope(path="src"))
+    assert scoped == []
