@@ -138,3 +138,27 @@ def test_a_damaged_index_file_names_the_index_and_the_fix(workspace_dir: Path, c
     r = ask(config_dir, workspace_dir, "where is FileSystemStorage defined")
     status = _status(r, "symbols")
     assert status["status"] == "malformed" and "engine index --only symbols" in status["error"], status
+
+
+def test_items_of_a_deleted_file_the_manifest_never_knew_are_flagged_stale(tmp_path: Path, config_dir: Path) -> None:
+    """Found by an exploratory run: an index killed between its data commit and its manifest save
+    kept a file's items; once the file was deleted they came back first, unflagged."""
+    import json
+
+    from engine.indexing import index_workspace
+    from engine.spec import load_config
+    from engine.workspace import Workspace
+
+    from .conftest import make_repo
+
+    repo = make_repo(tmp_path / "ws" / "lib", {"gone.py": "class VanishingThing:\n    pass\n", "kept.py": "X = 1\n"})
+    ws = Workspace.open([repo])
+    index_workspace(ws, load_config(config_dir), only=["symbols"], progress=False)
+    manifest = ws.data_dir / "index" / "symbols" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["files"] = {k: v for k, v in data["files"].items() if not k.endswith(":gone.py")}  # never saved
+    manifest.write_text(json.dumps(data))
+    (repo / "gone.py").unlink()
+    r = ask(config_dir, repo, "where is VanishingThing defined")
+    hits = [it for it in r.response["items"] if it["path"] == "gone.py"]
+    assert hits and all(it["tier"] == "stale-index" for it in hits), r.response["items"]

@@ -14,6 +14,7 @@ for methods.
 
 from __future__ import annotations
 
+import os
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,8 +52,13 @@ class IndexedExpert(Expert):
         return self._dir / "manifest.json"
 
     def stale_flags(self, project: Project, path: str) -> tuple[str, ...]:
-        """``(STALE,)`` when the file changed since this index saw it, else ``()``."""
-        return (STALE,) if changed_since_indexed(self.manifest_path, project, path) else ()
+        """``(STALE,)`` when the file changed since this index saw it, else ``()``. A file the
+        manifest does not know and that is gone is stale too: an index interrupted between its
+        data commit and its manifest save keeps a deleted file's items, which came back unflagged."""
+        changed = changed_since_indexed(self.manifest_path, project, path)
+        if changed is None:
+            changed = not os.path.lexists(os.path.join(project.root, path))
+        return (STALE,) if changed else ()
 
     @abstractmethod
     def _search_sync(self, query: Query, plan: dict[str, Any]) -> list[Evidence]:
