@@ -225,6 +225,8 @@ class ProcessResult:
     returncode: int
     stdout: bytes
     stderr: bytes
+    #: stdout went past ``max_output`` and the rest was dropped (its last line may be cut)
+    truncated: bool = False
 
 
 async def run_process(
@@ -264,10 +266,14 @@ async def run_process(
     out, err = bytearray(), bytearray()
     stopped = False
 
+    dropped = {"out": False}
+
     async def pump(stream: asyncio.StreamReader, buf: bytearray) -> None:
         while chunk := await stream.read(CHUNK):
             if len(buf) < max_output:
                 buf.extend(chunk)
+            elif buf is out:
+                dropped["out"] = True
 
     async def stream_out(stream: asyncio.StreamReader) -> None:
         nonlocal stopped
@@ -299,7 +305,7 @@ async def run_process(
         raise ExpertFailed(
             f"{Path(argv[0]).name} exited {proc.returncode}: {tail}", expert=expert, returncode=proc.returncode
         )
-    return ProcessResult(proc.returncode or 0, bytes(out), bytes(err))
+    return ProcessResult(proc.returncode or 0, bytes(out), bytes(err), truncated=dropped["out"])
 
 
 def _pidfd(pid: int) -> int | None:

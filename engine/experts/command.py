@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ExpertUnconfigured
@@ -97,9 +98,14 @@ class CommandExpert(TemplatedExpert):
                     ok_codes=ok_codes,
                     env=env,
                 )
+                data = res.stdout
+                if res.truncated:  # past max_output: its last line may be cut mid-record (mid-character)
+                    data = data[: data.rfind(b"\n") + 1]
                 with expert_errors(self.name):
-                    text = res.stdout.decode("utf-8")
-                return mapper.evidence(mapper.records_from_text(text), query, project)
+                    text = data.decode("utf-8")
+                items = mapper.evidence(mapper.records_from_text(text), query, project)
+                # a tool that printed more than we read: said on every item, as ripgrep's are
+                return [replace(e, flags=(*e.flags, "output-truncated")) for e in items] if res.truncated else items
 
             return run
 

@@ -341,3 +341,19 @@ async def test_template_errors_are_unconfigured_and_sandboxed(ws: Workspace) -> 
     unsafe = mcp_settings(arguments={"pattern": "{{ question.__class__.__mro__ }}"})
     with pytest.raises(ExpertUnconfigured):
         expert("mcp", unsafe, ws).plan(q)
+
+
+async def test_command_output_past_the_cap_is_flagged_and_its_cut_line_dropped(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an exploratory run: output past max_output was cut silently (status ok, no flag) —
+    and a cut inside a UTF-8 character made the whole answer malformed."""
+    import functools
+
+    from engine.experts import command
+
+    monkeypatch.setattr(command, "run_process", functools.partial(command.run_process, max_output=4000))
+    code = "import sys\nfor i in range(5000):\n    print(f'src/alpha.py:{i % 9 + 1}:é PaymentGateway {i}')"
+    cmd = expert("command", {"argv": [PYTHON, "-c", code], "cwd": "project"}, ws)
+    got = await call(cmd, query(ws, 'where is "PaymentGateway"'))
+    assert got and all("output-truncated" in e.flags for e in got)
