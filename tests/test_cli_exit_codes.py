@@ -141,6 +141,13 @@ def test_malformed_suites_and_empty_comparisons_are_classified(tmp_path: Path) -
     (suite / "corpus.jsonl").write_text('{"text": "def f(): pass"}\n')
     with pytest.raises(EvalError, match="no _id"):
         load_suite(suite, "test")
+    (suite / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n')
+    with pytest.raises(EvalError, match="corpus id 'd1' is given twice"):
+        load_suite(suite, "test")
+    (suite / "corpus.jsonl").write_text('{"_id": "d1", "text": "def f(): pass"}\n')
+    (suite / "queries.jsonl").write_text('{"_id": "q1", "text": "where is f"}\n{"_id": "q1", "text": "other"}\n')
+    with pytest.raises(EvalError, match="query id 'q1' is given twice"):
+        load_suite(suite, "test")
     with pytest.raises(EvalError, match="nothing to compare"):
         compare({"arms": {"router": {"overall": {}}}}, {"arms": {}})
     res = run("receipts", "list", "--limit", "-1", "--workspace", str(tmp_path), cwd=tmp_path)

@@ -145,9 +145,15 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
     if not root.is_dir():
         raise SuiteError(f"suite {root} is not a folder")
     qrels = read_qrels(root / "qrels" / f"{split}.tsv")
-    raw_queries = {q["_id"]: q for q in _jsonl(root / "queries.jsonl")} if (root / "queries.jsonl").is_file() else None
-    if raw_queries is None:
+    if not (root / "queries.jsonl").is_file():
         raise SuiteError(f"{root}: no queries.jsonl")
+    raw_queries: dict[str, dict[str, Any]] = {}
+    for q in _jsonl(root / "queries.jsonl"):
+        if "_id" not in q:
+            raise SuiteError(f"a query has no _id: {json.dumps(q)[:120]}")
+        if str(q["_id"]) in raw_queries:  # the last one won silently: two questions scored as one
+            raise SuiteError(f"query id {q['_id']!r} is given twice in queries.jsonl")
+        raw_queries[str(q["_id"])] = q
     missing = [qid for qid in qrels if qid not in raw_queries]
     if missing:
         raise SuiteError(f"{len(missing)} qrels query ids are not in queries.jsonl, e.g. {missing[:3]}")
@@ -171,10 +177,14 @@ def load_suite(root: Path, split: str = "test", limit_queries: int | None = None
         qrels = {q.id: qrels[q.id] for q in queries}
     wanted = {q.snapshot for q in queries}
     docs: dict[str, list[Doc]] = {}
+    seen: set[tuple[str, str]] = set()
     for d in _jsonl(_corpus_file(root)) if corpus else ():
         snap = _snapshot(d)
         if snap not in wanted and snap != ALL:
             continue  # no query searches this snapshot: do not hold its text in memory
+        if (snap, _corpus_id(d)) in seen:  # two documents under one id: a gold id would name either
+            raise SuiteError(f"corpus id {_corpus_id(d)!r} is given twice (snapshot {snap!r})")
+        seen.add((snap, _corpus_id(d)))
         meta = d.get("metadata") or {}
         docs.setdefault(snap, []).append(
             Doc(
