@@ -290,7 +290,12 @@ def tune(
     config_dir: ConfigDirOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the proposed priors.yaml here")] = None,
     metric: Annotated[str, typer.Option(help="Metric to weigh experts by")] = "ndcg@10",
-    min_queries: Annotated[int, typer.Option(help="Classes with fewer queries are left alone")] = 20,
+    min_queries: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Classes with fewer queries are left alone (--confidence: fewer questions in all is an error)"
+        ),
+    ] = 20,
     rerank: Annotated[
         bool, typer.Option("--rerank", help="Fit the rerank weight sets (priors.yaml rerank) from eval runs instead")
     ] = False,
@@ -344,7 +349,7 @@ def tune(
         _fail(SpecError(f"--format {fmt} is not offered with --rerank / --confidence; use text or json"))
     if confidence:
         try:
-            report = tune_confidence_file(metrics, config_ref(config_dir, None).path, out=out)
+            report = tune_confidence_file(metrics, config_ref(config_dir, None).path, out=out, min_queries=min_queries)
         except EngineError as exc:
             _fail(exc)
             return

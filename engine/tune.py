@@ -139,12 +139,20 @@ def tune_rerank_file(run_dirs: list[Path], config_dir: Path, *, out: Path | None
     return rows
 
 
-def tune_confidence_file(run_dirs: list[Path], config_dir: Path, *, out: Path | None = None) -> dict[str, Any]:
-    """``engine tune --confidence``: fit priors.yaml ``confidence.model`` (:mod:`engine.tune_confidence`)."""
+def tune_confidence_file(
+    run_dirs: list[Path], config_dir: Path, *, out: Path | None = None, min_queries: int = 20
+) -> dict[str, Any]:
+    """``engine tune --confidence``: fit priors.yaml ``confidence.model`` (:mod:`engine.tune_confidence`)
+    from at least ``min_queries`` answered questions (a fit to a handful is no calibration)."""
     from .tune_confidence import tune_confidence
 
     raw = yaml.safe_load((config_dir / "priors.yaml").read_text())
     model, report = tune_confidence(run_dirs)
+    if report["questions"] < min_queries:
+        raise SpecError(
+            f"{report['questions']} questions in {', '.join(map(str, run_dirs))}: a confidence model is fitted "
+            f"from at least {min_queries} (--min-queries)"
+        )
     if out is not None:
         new = copy.deepcopy(raw)
         new["confidence"] = {**(raw.get("confidence") or {}), "model": model}

@@ -136,3 +136,22 @@ def test_confidence_fit_is_calibrated_on_its_data(tmp_path: Path) -> None:
     assert model["share"] > 2.0
     p_strong = 1 / (1 + 2.718281828 ** -(model["bias"] + model["share"]))
     assert p_strong == pytest.approx(0.9, abs=0.05) and report["questions"] == 400
+
+
+def test_a_confidence_fit_needs_enough_questions(tmp_path: Path, config_dir: Path) -> None:
+    """A model fitted to a handful of questions is no calibration (it had no minimum)."""
+    from engine.errors import SpecError
+    from engine.tune import tune_confidence_file
+
+    rows = [
+        {
+            "qid": f"q{i}",
+            "arm": "router",
+            "ranked": ["a"],
+            "relevant": {"a": 1},
+            "confidence": {"score": 0.5, "label": "low", "signals": {"share": 0.5}},
+        }
+        for i in range(5)
+    ]
+    with pytest.raises(SpecError, match="at least 20"):
+        tune_confidence_file([_run(tmp_path, "suite", "dev", rows)], config_dir)
