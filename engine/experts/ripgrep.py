@@ -42,7 +42,7 @@ from ..errors import ExpertFailed, ExpertOutputError, ExpertUnconfigured
 from ..index.files import MAX_TRACKED_IGNORED, tracked_ignored, tracked_ignored_known
 from ..index.termstats import term_stats
 from ..index.tokenize import code_tokens
-from ..types import Evidence, Project, Query, Scope
+from ..types import Evidence, Query, Scope
 from ..workspace import (
     DEFAULT_NAMES,
     EXCLUDED_DIRS,
@@ -215,9 +215,13 @@ class RipgrepExpert(Expert):
             return []
         targets: list[str] = []
         bases: list[tuple[str, str]] = []  # (real project root + "/", project name): output path → project
+        ignored_tracked: dict[str, tuple[str, ...]] = {}
         for project in query.projects:
-            if tracked_ignored_known(project) is None:  # a git call: not on the event loop
-                await anyio.to_thread.run_sync(tracked_ignored, project)
+            known = tracked_ignored_known(project)
+            # a git call when not remembered: not on the event loop
+            ignored_tracked[project.name] = (
+                known if known is not None else await anyio.to_thread.run_sync(tracked_ignored, project)
+            )
         for project in query.projects:
             base = contained(project.root, ".") or project.root
             target: Path | None = base
@@ -228,7 +232,7 @@ class RipgrepExpert(Expert):
                     continue
             targets.append(str(target))
             bases.append((f"{base}/", project.name))
-            targets += self._tracked_ignored(project, base, plan)
+            targets += self._tracked_ignored(ignored_tracked[project.name], base, plan)
         if not targets:
             return []
         bases.sort(key=lambda b: -len(b[0]))  # the longest root first: no project is a prefix of another
@@ -244,16 +248,17 @@ class RipgrepExpert(Expert):
         return await self._run(query, plan, found, bases, targets)
 
     @staticmethod
-    def _tracked_ignored(project: Project, base: Path, plan: dict[str, Any]) -> list[str]:
-        """The project's tracked files its ignore rules match, named to rg one by one (rg searches a
-        file it is handed whatever the rules say) — filtered here as rg's walk would be: scope path,
-        language, excluded folders and withheld names (:func:`engine.index.files.tracked_ignored`)."""
+    def _tracked_ignored(names: tuple[str, ...], base: Path, plan: dict[str, Any]) -> list[str]:
+        """A project's tracked files its ignore rules match (:func:`engine.index.files.tracked_ignored`,
+        already without excluded folders and outward links), named to rg one by one (rg searches a
+        file it is handed whatever the rules say) — filtered as rg's walk would be: scope path,
+        language, withheld names."""
         scope = Scope(path=plan.get("path"), language=plan.get("language"))
-        out = []
-        for rel in tracked_ignored(project)[:MAX_TRACKED_IGNORED]:
-            if in_scope(rel, scope) and not DEFAULT_NAMES.name_rule(rel) and contained(project.root, rel) is not None:
-                out.append(str(base / rel))
-        return out
+        return [
+            str(base / rel)
+            for rel in names[:MAX_TRACKED_IGNORED]
+            if in_scope(rel, scope) and not DEFAULT_NAMES.name_rule(rel)
+        ]
 
     async def _run(
         self, query: Query, plan: dict[str, Any], found: Found, bases: list[tuple[str, str]], targets: list[str]

@@ -52,9 +52,10 @@ MAX_TRACKED_IGNORED = 2000
 def tracked_ignored(project: Project) -> tuple[str, ...]:
     """Files git tracks although an ignore rule matches them (``git ls-files --cached --ignored
     --exclude-standard``): ``rg`` walks by the ignore rules alone, so a committed file under
-    ``*.min.js`` or a committed ``build/config.py`` was invisible to every expert while ``git
-    grep`` found it. Remembered until git's index or the top ignore files change (one ``stat`` each
-    on the query path)."""
+    ``*.min.js`` or a committed ``generated/config.py`` was invisible to every expert while ``git
+    grep`` found it. Excluded folders, excluded names and links leading out of the project are
+    left out here, once: the list is remembered until git's index or the top ignore files change
+    (one ``stat`` each on the query path), and rg follows a link it is handed by name."""
     if not project.is_git:
         return ()
     known = tracked_ignored_known(project)
@@ -72,7 +73,13 @@ def tracked_ignored(project: Project) -> tuple[str, ...]:
     except (OSError, subprocess.TimeoutExpired):
         return ()
     names = res.stdout.decode("utf-8", "replace").split("\0") if res.returncode == 0 else []
-    found = tuple(sorted(n for n in names if n and not in_excluded_dir(n) and not is_excluded(n)))
+    found = tuple(
+        sorted(
+            n
+            for n in names
+            if n and not in_excluded_dir(n) and not is_excluded(n) and contained(project.root, n) is not None
+        )
+    )
     if stamp:
         _TRACKED_IGNORED[str(project.root)] = (stamp, found)
     return found
